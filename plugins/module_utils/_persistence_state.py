@@ -150,7 +150,8 @@ def update(path, change, owner=None):
     Returns ``(before, after)``; the file is only rewritten when they differ.
     ``owner`` (uid, gid) sets the ownership of a newly written file.
     """
-    lock_fd = os.open(path + '.lock', os.O_RDWR | os.O_CREAT, 0o644)
+    # Read-only is enough for flock, so root- and user-created lock files both work.
+    lock_fd = os.open(path + '.lock', os.O_RDONLY | os.O_CREAT, 0o644)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
         before = load(path)

@@ -83,7 +83,10 @@ def test_with_modes_is_pure_and_validates():
 
 def test_update_writes_only_on_change_and_atomically(tmp_path):
     path = str(tmp_path / 'persistence.json')
-    change = lambda st: state.with_modes(st, {UUID_A: ('00000000:01:00.0', 'disabled')})  # noqa: E731
+
+    def change(current):
+        return state.with_modes(current, {UUID_A: ('00000000:01:00.0', 'disabled')})
+
     before, after = state.update(path, lambda st: st)
     assert before == after and not os.path.exists(path)
     state.update(path, change)

@@ -1,0 +1,186 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: gpu_info
+short_description: List a host's NVIDIA GPUs with their persistence mode
+version_added: 0.1.0
+description:
+  - Reports every NVIDIA GPU of the host (index, UUID, name, PCI bus id, minor number, persistence mode), the driver
+    version, and which persistence daemon answers on its socket (C(none), NVIDIA's C(nvidia-persistenced), or the
+    collection's C(bundled) drop-in).
+  - When a persistence daemon answers, GPUs are read from the kernel driver's C(/proc/driver/nvidia/gpus) and modes
+    through the daemon's RPC, with the standard library only. Otherwise NVML is used through C(pynvml), which then
+    must be installed on the host (PyPI C(nvidia-ml-py)).
+author:
+  - gpufleet.nvidia maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.attributes.INFO_MODULE
+options:
+  backend:
+    description:
+      - How to reach the GPUs. V(auto) uses the daemon's RPC when it answers and NVML otherwise.
+    type: str
+    choices: [auto, rpc, nvml]
+    default: auto
+  socket_path:
+    description: The persistence daemon's RPC socket.
+    type: path
+    default: /var/run/nvidia-persistenced/socket
+  timeout:
+    description: Seconds to wait for each answer of the daemon.
+    type: float
+    default: 5.0
+requirements:
+  - nvidia-ml-py (C(pynvml)) on the managed host, only when no persistence daemon runs or O(backend=nvml).
+notes:
+  - GPU indexes follow PCI bus order, as NVML's do.
+seealso:
+  - module: gpufleet.nvidia.gpu_persistence
+'''
+
+EXAMPLES = r'''
+- name: Read the GPUs of every node
+  gpufleet.nvidia.gpu_info:
+  register: gpu_inventory
+
+- name: Show which GPUs are not persistent
+  ansible.builtin.debug:
+    msg: "{{ gpu_inventory.gpus | selectattr('persistence_mode', 'eq', 'disabled') | map(attribute='uuid') | list }}"
+
+- name: Fail early on hosts whose driver does not match the fleet
+  ansible.builtin.assert:
+    that: gpu_inventory.driver_version is version('535.0', '>=')
+'''
+
+RETURN = r'''
+gpus:
+  description: The GPUs, in index order.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: NVML index (PCI bus order).
+      type: int
+      returned: always
+      sample: 0
+    uuid:
+      description: GPU UUID.
+      type: str
+      returned: always
+      sample: GPU-5f9a6e3d-1d2c-4b0e-9d6a-3f0c2b1a8e77
+    name:
+      description: Product name.
+      type: str
+      returned: always
+      sample: NVIDIA H100 80GB HBM3
+    pci_bus_id:
+      description: PCI bus id in NVML form.
+      type: str
+      returned: always
+      sample: "00000000:1B:00.0"
+    minor:
+      description: Minor number of the GPU's C(/dev/nvidiaN).
+      type: int
+      returned: always
+      sample: 0
+    persistence_mode:
+      description: C(enabled) or C(disabled).
+      type: str
+      returned: always
+      sample: enabled
+count:
+  description: Number of GPUs.
+  returned: success
+  type: int
+  sample: 8
+driver_version:
+  description: Kernel driver version from C(/proc/driver/nvidia/version), null when unknown.
+  returned: success
+  type: str
+  sample: 535.171.04
+daemon:
+  description: The persistence daemon.
+  returned: success
+  type: dict
+  contains:
+    kind:
+      description: C(nvidia), C(bundled), C(unknown) (a process we do not recognise holds the pid file) or C(none).
+      type: str
+      returned: always
+      sample: nvidia
+    pid:
+      description: Its process id, null when none runs.
+      type: int
+      returned: always
+      sample: 1234
+    answers:
+      description: Whether it answered an RPC NULL call on O(socket_path).
+      type: bool
+      returned: always
+      sample: true
+backend:
+  description: The backend used, C(rpc) or C(nvml).
+  returned: success
+  type: str
+  sample: rpc
+'''
+
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
+
+try:
+    import pynvml  # noqa: F401  (probed here so the import sanity test sees a guarded import)
+    PYNVML_IMPORT_ERROR = None
+except ImportError:
+    PYNVML_IMPORT_ERROR = traceback.format_exc()
+
+
+def load_pynvml():
+    if PYNVML_IMPORT_ERROR:
+        raise ImportError(PYNVML_IMPORT_ERROR)
+    return pynvml
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            backend=dict(type='str', default='auto', choices=['auto', 'rpc', 'nvml']),
+            socket_path=dict(type='path', default='/var/run/nvidia-persistenced/socket'),
+            timeout=dict(type='float', default=5.0),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        backend, answers = _gpu.choose_backend(params['backend'], params['socket_path'], params['timeout'], load_pynvml)
+        with backend:
+            gpus = backend.gpus()
+            for gpu in gpus:
+                gpu['persistence_mode'] = backend.get_mode(gpu)
+    except _gpu.MissingPynvml:
+        module.fail_json(msg=missing_required_lib(
+            'nvidia-ml-py', reason='to read GPUs through NVML when no persistence daemon answers on %s'
+            % params['socket_path']), exception=PYNVML_IMPORT_ERROR)
+    except _gpu.GpuError as exc:
+        module.fail_json(msg=str(exc))
+    daemon = _gpu.daemon_identity(os.path.dirname(params['socket_path']))
+    daemon['answers'] = answers
+    module.exit_json(changed=False, gpus=gpus, count=len(gpus), driver_version=_gpu.read_driver_version(),
+                     daemon=daemon, backend=backend.name)
+
+
+if __name__ == '__main__':
+    main()

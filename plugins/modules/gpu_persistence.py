@@ -1,0 +1,298 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: gpu_persistence
+short_description: Set NVIDIA GPU persistence mode GPU by GPU, and keep it across restarts
+version_added: 0.1.0
+description:
+  - Sets persistence mode on the selected GPUs of a host, changing only the GPUs whose mode differs, in one round trip.
+  - When a persistence daemon answers on its socket (NVIDIA's C(nvidia-persistenced) or the collection's bundled
+    one), modes are set through its RPC, as C(nvidia-smi -pm) does; nothing but the standard library is needed.
+    Otherwise NVML's legacy kernel path is used through C(pynvml); NVIDIA deprecates that path and its setting is lost
+    at reboot, so a warning says so.
+  - With O(persist=true) the wanted modes are recorded per GPU UUID in a state file. The bundled daemon reads it at
+    start and on SIGHUP; the service that M(gpufleet.nvidia.persistenced) installs for NVIDIA's daemon re-applies it
+    right after start. A daemon restart or a reboot then brings each GPU back to its own mode instead of the daemon's
+    global default.
+  - If setting one GPU fails, the GPUs already changed in this run are set back and the state file is left as it was.
+author:
+  - gpufleet.nvidia maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+options:
+  gpus:
+    description:
+      - The GPUs to set to O(mode). Each item is an index (V(0)), a UUID (V(GPU-5f9a...)), or a PCI bus id in NVML
+        (V(00000000:1B:00.0)) or lspci (V(1b:00.0), V(0000:1b:00.0)) form; V(all) means every GPU.
+      - Selecting all GPUs also records O(mode) as the default for GPUs added to the host later.
+      - A selector that matches no GPU fails and lists the GPUs that exist.
+    type: list
+    elements: raw
+    default: [all]
+  mode:
+    description: Persistence mode for the GPUs of O(gpus).
+    type: str
+    choices: [enabled, disabled]
+  modes:
+    description: Mixed settings in one call, instead of O(gpus) and O(mode).
+    type: list
+    elements: dict
+    suboptions:
+      gpu:
+        description: Index, UUID or PCI bus id, as in O(gpus).
+        type: raw
+        required: true
+      mode:
+        description: Persistence mode for this GPU.
+        type: str
+        choices: [enabled, disabled]
+        required: true
+  persist:
+    description: Record the wanted modes in O(state_file) so they come back after a daemon restart or a reboot.
+    type: bool
+    default: true
+  state_file:
+    description: The per-GPU state file shared with the persistence daemon.
+    type: path
+    default: /var/lib/gpufleet/persistence.json
+  backend:
+    description: How to reach the GPUs. V(auto) uses the daemon's RPC when it answers and NVML otherwise.
+    type: str
+    choices: [auto, rpc, nvml]
+    default: auto
+  socket_path:
+    description: The persistence daemon's RPC socket.
+    type: path
+    default: /var/run/nvidia-persistenced/socket
+  timeout:
+    description: Seconds to wait for each answer of the daemon.
+    type: float
+    default: 5.0
+requirements:
+  - nvidia-ml-py (C(pynvml)) on the managed host, only when no persistence daemon runs or O(backend=nvml).
+notes:
+  - Changing persistence mode needs root (C(become=true)); NVIDIA's daemon 555 and newer, and the bundled daemon,
+    refuse other users.
+seealso:
+  - module: gpufleet.nvidia.gpu_info
+  - module: gpufleet.nvidia.persistenced
+'''
+
+EXAMPLES = r'''
+- name: Enable persistence on every GPU (and on GPUs added later)
+  gpufleet.nvidia.gpu_persistence:
+    mode: enabled
+  become: true
+
+- name: Keep two inference GPUs persistent and let a training GPU power down
+  gpufleet.nvidia.gpu_persistence:
+    modes:
+      - gpu: GPU-5f9a6e3d-1d2c-4b0e-9d6a-3f0c2b1a8e77
+        mode: enabled
+      - gpu: "00000000:3B:00.0"
+        mode: enabled
+      - gpu: 3
+        mode: disabled
+  become: true
+
+- name: Disable persistence on the GPU in slot 1b:00.0 for this run only
+  gpufleet.nvidia.gpu_persistence:
+    gpus: ["1b:00.0"]
+    mode: disabled
+    persist: false
+  become: true
+'''
+
+RETURN = r'''
+gpus:
+  description: Each selected GPU with its mode before and after.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: NVML index (PCI bus order).
+      type: int
+      returned: always
+      sample: 0
+    uuid:
+      description: GPU UUID.
+      type: str
+      returned: always
+      sample: GPU-5f9a6e3d-1d2c-4b0e-9d6a-3f0c2b1a8e77
+    name:
+      description: Product name.
+      type: str
+      returned: always
+      sample: NVIDIA H100 80GB HBM3
+    pci_bus_id:
+      description: PCI bus id in NVML form.
+      type: str
+      returned: always
+      sample: "00000000:1B:00.0"
+    before:
+      description: Mode before the task.
+      type: str
+      returned: always
+      sample: disabled
+    after:
+      description: Mode after the task (predicted in check mode).
+      type: str
+      returned: always
+      sample: enabled
+    changed:
+      description: Whether this GPU's mode changed.
+      type: bool
+      returned: always
+      sample: true
+backend:
+  description: The backend used, C(rpc) or C(nvml).
+  returned: success
+  type: str
+  sample: rpc
+state_changed:
+  description: Whether the state file changed (or would change in check mode).
+  returned: success
+  type: bool
+  sample: false
+state_file:
+  description: Path of the state file, null when O(persist=false).
+  returned: success
+  type: str
+  sample: /var/lib/gpufleet/persistence.json
+'''
+
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
+
+try:
+    import pynvml  # noqa: F401
+    PYNVML_IMPORT_ERROR = None
+except ImportError:
+    PYNVML_IMPORT_ERROR = traceback.format_exc()
+
+
+def load_pynvml():
+    if PYNVML_IMPORT_ERROR:
+        raise ImportError(PYNVML_IMPORT_ERROR)
+    return pynvml
+
+
+def modes_text(report, key):
+    return ''.join('%s: %s\n' % (_gpu.describe(entry), entry[key]) for entry in report)
+
+
+def recorded_modes(report, params):
+    """The state-file change: per-GPU entries, and the default when all GPUs were selected."""
+    entries = dict((entry['uuid'], (entry['pci_bus_id'], entry['after'])) for entry in report if entry.get('uuid'))
+    default = False
+    if params['modes'] is None and any(str(s).strip().lower() == 'all' for s in params['gpus']):
+        default = params['mode']
+    return entries, default
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gpus=dict(type='list', elements='raw', default=['all']),
+            mode=dict(type='str', choices=['enabled', 'disabled']),
+            modes=dict(type='list', elements='dict', options=dict(
+                gpu=dict(type='raw', required=True),
+                mode=dict(type='str', required=True, choices=['enabled', 'disabled']),
+            )),
+            persist=dict(type='bool', default=True),
+            state_file=dict(type='path', default=state.DEFAULT_PATH),
+            backend=dict(type='str', default='auto', choices=['auto', 'rpc', 'nvml']),
+            socket_path=dict(type='path', default='/var/run/nvidia-persistenced/socket'),
+            timeout=dict(type='float', default=5.0),
+        ),
+        mutually_exclusive=[['mode', 'modes']],
+        required_one_of=[['mode', 'modes']],
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params['modes'] is not None and params['gpus'] != ['all']:
+        module.fail_json(msg='gpus and modes are mutually exclusive: name each GPU in modes')
+
+    try:
+        backend, answers = _gpu.choose_backend(params['backend'], params['socket_path'], params['timeout'], load_pynvml)
+    except _gpu.MissingPynvml:
+        module.fail_json(msg=missing_required_lib(
+            'nvidia-ml-py', reason='to set persistence through NVML when no persistence daemon answers on %s'
+            % params['socket_path']), exception=PYNVML_IMPORT_ERROR)
+    except _gpu.GpuError as exc:
+        module.fail_json(msg=str(exc))
+
+    # Plan first (check mode), so a bad state file fails before any GPU changes.
+    try:
+        with backend:
+            gpus, report = _gpu.converge(backend, params['gpus'], params['mode'], params['modes'], check_mode=True)
+    except _gpu.GpuError as exc:
+        module.fail_json(msg=str(exc))
+
+    state_before = state_after = None
+    if params['persist']:
+        try:
+            state_before = state.load(params['state_file'])
+            entries, default = recorded_modes(report, params)
+            state_after = state.with_modes(state_before, entries, default)
+        except state.StateError as exc:
+            module.fail_json(msg='%s: %s' % (_gpu.host(), exc))
+    state_changed = state_before != state_after
+
+    if not module.check_mode:
+        try:
+            with backend:
+                gpus, report = _gpu.converge(backend, params['gpus'], params['mode'], params['modes'])
+        except _gpu.GpuError as exc:
+            module.fail_json(msg=str(exc), gpus=report)
+        if state_changed:
+            directory = os.path.dirname(params['state_file'])
+            try:
+                if not os.path.isdir(directory):
+                    os.makedirs(directory, 0o755)
+                entries, default = recorded_modes(report, params)
+                state.update(params['state_file'], lambda current: state.with_modes(current, entries, default))
+            except (OSError, IOError, state.StateError) as exc:
+                module.fail_json(msg='%s: GPU modes were set but could not be recorded in %s: %s; they will not '
+                                 'survive a daemon restart until this is fixed' % (_gpu.host(), params['state_file'], exc),
+                                 gpus=report)
+
+    if backend.name == 'nvml' and any(entry['changed'] for entry in report):
+        module.warn('No persistence daemon answers on %s, so persistence was set through NVML\'s legacy kernel path, '
+                    'which NVIDIA deprecates and which is lost at reboot. Deploy the daemon with '
+                    'gpufleet.nvidia.persistenced.' % params['socket_path'])
+
+    changed = any(entry['changed'] for entry in report) or state_changed
+    result = dict(changed=changed, gpus=report, backend=backend.name, state_changed=state_changed,
+                  state_file=params['state_file'] if params['persist'] else None)
+    if module._diff:
+        result['diff'] = [dict(before_header='GPU persistence modes', after_header='GPU persistence modes',
+                               before=modes_text(report, 'before'), after=modes_text(report, 'after'))]
+        if params['persist']:
+            result['diff'].append(dict(before_header=params['state_file'], after_header=params['state_file'],
+                                       before=state.serialize(state_before), after=state.serialize(state_after)))
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

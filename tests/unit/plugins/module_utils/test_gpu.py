@@ -1,0 +1,167 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Selectors, planning, roll-back and error mapping of module_utils/_gpu.py."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+import pynvml
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
+
+
+def make_gpus(count=4):
+    return [{'index': i, 'uuid': 'GPU-%08x-0000-0000-0000-%012x' % (0xa100 + i, i), 'name': 'NVIDIA H100 80GB HBM3',
+             'pci_bus_id': '00000000:%02X:00.0' % (0x1b + i * 0x10), 'minor': i} for i in range(count)]
+
+
+class FakeBackend(object):
+    """Records calls; ``fail_on`` makes setting that bus id fail; ``stuck`` ignores sets."""
+
+    name = 'fake'
+
+    def __init__(self, gpus, modes=None, fail_on=None, stuck=None):
+        self._gpus = gpus
+        self.modes = dict(modes or dict((g['pci_bus_id'], 'disabled') for g in gpus))
+        self.fail_on = fail_on
+        self.stuck = stuck
+        self.sets = []
+
+    def gpus(self):
+        return [dict(g) for g in self._gpus]
+
+    def get_mode(self, gpu):
+        return self.modes[gpu['pci_bus_id']]
+
+    def set_mode(self, gpu, mode):
+        self.sets.append((gpu['pci_bus_id'], mode))
+        if gpu['pci_bus_id'] == self.fail_on:
+            raise _gpu.GpuError('boom on %s' % _gpu.describe(gpu))
+        if gpu['pci_bus_id'] != self.stuck:
+            self.modes[gpu['pci_bus_id']] = mode
+
+
+@pytest.mark.parametrize('selector,index', [
+    (0, 0), ('2', 2), ('GPU-0000a101-0000-0000-0000-000000000001', 1),
+    ('gpu-0000A101-0000-0000-0000-000000000001', 1),
+    ('00000000:2B:00.0', 1), ('0000:2b:00.0', 1), ('2b:00.0', 1), ('2B:00.1', 1),
+])
+def test_selectors(selector, index):
+    assert _gpu.resolve(make_gpus(), selector)['index'] == index
+
+
+@pytest.mark.parametrize('selector,why', [
+    (7, 'no GPU matches 7'), ('GPU-deadbeef', 'no GPU matches'), ('99:00.0', 'no GPU matches'),
+    ('eth0', 'is not a GPU index, UUID'), ('1b:00', 'is not a GPU index, UUID'),
+])
+def test_unknown_selectors_list_the_gpus_that_exist(selector, why):
+    with pytest.raises(_gpu.GpuError) as exc:
+        _gpu.resolve(make_gpus(2), selector)
+    assert why in str(exc.value)
+    assert 'GPUs here: GPU 0 (GPU-0000a100-0000-0000-0000-000000000000, 00000000:1B:00.0), GPU 1' in str(exc.value)
+
+
+def test_desired_modes_all_and_conflicts():
+    gpus = make_gpus(3)
+    assert _gpu.desired_modes(gpus, ['all'], 'enabled') == dict((g['pci_bus_id'], 'enabled') for g in gpus)
+    assert _gpu.desired_modes(gpus, None, 'disabled')['00000000:3B:00.0'] == 'disabled'
+    mixed = _gpu.desired_modes(gpus, modes=[{'gpu': 0, 'mode': 'enabled'}, {'gpu': '3b:00.0', 'mode': 'disabled'}])
+    assert mixed == {'00000000:1B:00.0': 'enabled', '00000000:3B:00.0': 'disabled'}
+    # The same GPU twice, same mode: fine. Different modes: an error naming it.
+    assert len(_gpu.desired_modes(gpus, [0, '1b:00.0'], 'enabled')) == 1
+    with pytest.raises(_gpu.GpuError, match='both enabled and disabled'):
+        _gpu.desired_modes(gpus, modes=[{'gpu': 0, 'mode': 'enabled'}, {'gpu': '1b:00.0', 'mode': 'disabled'}])
+
+
+def test_converge_changes_only_what_differs_and_check_mode_changes_nothing():
+    gpus = make_gpus(4)
+    backend = FakeBackend(gpus, modes={'00000000:1B:00.0': 'enabled', '00000000:2B:00.0': 'disabled',
+                                       '00000000:3B:00.0': 'enabled', '00000000:4B:00.0': 'disabled'})
+    unused_gpus, report = _gpu.converge(backend, ['all'], 'enabled', check_mode=True)
+    assert [e['changed'] for e in report] == [False, True, False, True]
+    assert backend.sets == []
+    unused_gpus, report = _gpu.converge(backend, ['all'], 'enabled')
+    assert backend.sets == [('00000000:2B:00.0', 'enabled'), ('00000000:4B:00.0', 'enabled')]
+    assert [(e['before'], e['after']) for e in report][1] == ('disabled', 'enabled')
+    backend.sets = []
+    unused_gpus, report = _gpu.converge(backend, ['all'], 'enabled')
+    assert backend.sets == [] and not any(e['changed'] for e in report)
+
+
+def test_failed_set_rolls_back_what_was_changed():
+    gpus = make_gpus(4)
+    backend = FakeBackend(gpus, fail_on='00000000:3B:00.0')
+    with pytest.raises(_gpu.GpuError) as exc:
+        _gpu.converge(backend, ['all'], 'enabled')
+    assert 'boom on GPU 2' in str(exc.value)
+    assert 'set back: GPU 1' in str(exc.value) and 'GPU 0' in str(exc.value)
+    assert set(backend.modes.values()) == {'disabled'}
+
+
+def test_read_back_mismatch_fails_and_rolls_back():
+    backend = FakeBackend(make_gpus(2), stuck='00000000:2B:00.0')
+    with pytest.raises(_gpu.GpuError, match='still reads disabled after being set enabled'):
+        _gpu.converge(backend, ['all'], 'enabled')
+    assert backend.modes['00000000:1B:00.0'] == 'disabled'
+
+
+@pytest.mark.parametrize('code,name,remedy', [
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, 'DriverNotLoaded', 'modprobe nvidia'),
+    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, 'LibRmVersionMismatch', 'reboot the host'),
+    (pynvml.NVML_ERROR_NO_PERMISSION, 'NoPermission', 'become: true'),
+    (pynvml.NVML_ERROR_NOT_SUPPORTED, 'NotSupported', 'does not support persistence'),
+    (pynvml.NVML_ERROR_GPU_IS_LOST, 'GpuIsLost', 'Xid'),
+    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, 'LibraryNotFound', 'libnvidia-ml.so.1'),
+])
+def test_nvml_errors_name_host_gpu_and_remedy(code, name, remedy):
+    gpu = make_gpus(1)[0]
+    message = _gpu.nvml_error_message(pynvml.NVMLError(code), 'setting persistence mode enabled on', gpu)
+    assert message.startswith(_gpu.host() + ': setting persistence mode enabled on GPU 0 (GPU-0000a100')
+    assert '00000000:1B:00.0' in message
+    assert '(NVML %s)' % name in message and remedy in message
+
+
+def write_information(root, bdf, uuid, minor, model='NVIDIA A100-SXM4-80GB'):
+    path = os.path.join(root, bdf)
+    os.makedirs(path)
+    with open(os.path.join(path, 'information'), 'w') as handle:
+        handle.write('Model: \t\t %s\nIRQ:   \t\t 0\nGPU UUID: \t %s\nBus Location: \t %s\nDevice Minor: \t %d\n'
+                     % (model, uuid, bdf, minor))
+
+
+def test_proc_gpus_are_indexed_in_pci_order(tmp_path):
+    root = str(tmp_path)
+    write_information(root, '0000:c1:00.0', 'GPU-c', 2)
+    write_information(root, '0000:01:00.0', 'GPU-a', 0)
+    write_information(root, '0000:41:00.0', 'GPU-b', 1)
+    gpus = _gpu.read_proc_gpus(root)
+    assert [(g['index'], g['uuid'], g['pci_bus_id'], g['minor']) for g in gpus] == [
+        (0, 'GPU-a', '00000000:01:00.0', 0), (1, 'GPU-b', '00000000:41:00.0', 1), (2, 'GPU-c', '00000000:C1:00.0', 2)]
+    assert gpus[0]['name'] == 'NVIDIA A100-SXM4-80GB'
+
+
+def test_missing_proc_says_driver_not_loaded(tmp_path):
+    with pytest.raises(_gpu.GpuError, match='kernel driver is not loaded'):
+        _gpu.read_proc_gpus(str(tmp_path / 'nope'))
+
+
+def test_driver_version(tmp_path):
+    path = tmp_path / 'version'
+    path.write_text('NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.171.04  Tue Mar 19 2024\nGCC version: 12\n')
+    assert _gpu.read_driver_version(str(path)) == '535.171.04'
+    assert _gpu.read_driver_version(str(tmp_path / 'missing')) is None
+
+
+def test_choose_backend_without_daemon_needs_pynvml(tmp_path):
+    def no_pynvml():
+        raise ImportError('no pynvml')
+    with pytest.raises(_gpu.MissingPynvml):
+        _gpu.choose_backend('auto', str(tmp_path / 'socket'), 1.0, no_pynvml)
+    with pytest.raises(_gpu.GpuError, match='no persistence daemon answers'):
+        _gpu.choose_backend('rpc', str(tmp_path / 'socket'), 1.0, no_pynvml)
+    backend, answers = _gpu.choose_backend('auto', str(tmp_path / 'socket'), 1.0, lambda: pynvml)
+    assert backend.name == 'nvml' and answers is False
