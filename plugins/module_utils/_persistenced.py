@@ -1,0 +1,483 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Rendering and planning for the persistence daemon's service.
+
+PRIVATE to the gpufleet.nvidia collection: the API may change at any time.
+No AnsibleModule here. The service definitions are rendered in Python rather
+than Jinja2 so that the managed host needs nothing but its Python, the text is
+unit-tested directly, and the module stays a single round trip; local changes
+belong in a systemd drop-in, which this collection never touches.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+try:
+    from shlex import quote as sh_quote
+except ImportError:  # pragma: no cover  (Python 2 never reaches the host side)
+    from pipes import quote as sh_quote
+
+MARKER = 'Managed by gpufleet.nvidia'
+RUN_DIR = '/var/run/nvidia-persistenced'
+PID_FILE = RUN_DIR + '/nvidia-persistenced.pid'
+SOCKET = RUN_DIR + '/socket'
+BUNDLED_PATH = '/usr/local/sbin/gpufleet-persistenced'
+DRIVER_PATH = '/usr/bin/nvidia-persistenced'
+STATE_FILE = '/var/lib/gpufleet/persistence.json'
+
+_NAME_RE = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
+_SERVICE_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,100}$')
+_SAFE_ARG_RE = re.compile(r'^[A-Za-z0-9_./=:,+@-]+$')
+
+
+class ConfigError(Exception):
+    """Bad input, named precisely."""
+
+
+def unit_path(init_system, service):
+    return {
+        'systemd': '/etc/systemd/system/%s.service' % service,
+        'sysvinit': '/etc/init.d/%s' % service,
+        'upstart': '/etc/init/%s.conf' % service,
+    }[init_system]
+
+
+def validate(params):
+    """Refuse input that could break or inject into the rendered service files."""
+    for key in ('user', 'group'):
+        value = params.get(key)
+        if value is not None and not _NAME_RE.match(value):
+            raise ConfigError('%s %r is not a valid account name (lower case letters, digits, "_" and "-", '
+                              'at most 32 characters, not starting with a digit or "-")' % (key, value))
+    if not _SERVICE_RE.match(params['service_name']):
+        raise ConfigError('service_name %r may only hold letters, digits and "_.@-"' % params['service_name'])
+    for key in ('driver_path', 'bundled_path', 'state_file', 'nvidia_cfg_path'):
+        value = params.get(key)
+        if value is not None and (not value.startswith('/') or not _SAFE_ARG_RE.match(value)):
+            raise ConfigError('%s %r must be an absolute path made of letters, digits and "_./=:,+@-"' % (key, value))
+    for arg in params.get('extra_args') or []:
+        if not _SAFE_ARG_RE.match(arg):
+            raise ConfigError('extra_args item %r holds characters that are unsafe in a service definition '
+                              '(allowed: letters, digits and "_./=:,+@-")' % (arg,))
+
+
+def daemon_argv(params, daemon_path, kind):
+    """The daemon's command line, from the module's options."""
+    argv = [daemon_path]
+    if params['user'] != 'root':
+        argv += ['--user', params['user']]
+        if params.get('group') and params['group'] != params['user']:
+            argv += ['--group', params['group']]
+    argv.append('--persistence-mode' if params['persistence_mode'] else '--no-persistence-mode')
+    if params.get('uvm_persistence_mode') is not None:
+        argv.append('--uvm-persistence-mode' if params['uvm_persistence_mode'] else '--no-uvm-persistence-mode')
+    if params.get('verbose'):
+        argv.append('--verbose')
+    if params.get('nvidia_cfg_path'):
+        argv += ['--nvidia-cfg-path', params['nvidia_cfg_path']]
+    if kind == 'bundled':
+        argv += ['--state-file', params['state_file']]
+    argv += list(params.get('extra_args') or [])
+    return argv
+
+
+def apply_argv(params):
+    """Re-applies saved per-GPU modes after NVIDIA's daemon starts (it resets them all)."""
+    return [params['bundled_path'], '--apply-saved-modes', '--state-file', params['state_file']]
+
+
+def _header(comment, service):
+    return ('%s %s (gpufleet.nvidia.persistenced) for %s.\n'
+            '%s Local changes are overwritten on the next run; put them in a drop-in or in the role\'s variables.\n'
+            % (comment, MARKER, service, comment))
+
+
+def render_systemd(params, daemon_path, kind):
+    argv = daemon_argv(params, daemon_path, kind)
+    lines = [
+        _header('#', params['service_name']).rstrip('\n'),
+        '[Unit]',
+        'Description=NVIDIA Persistence Daemon (%s)' % ('bundled gpufleet-persistenced' if kind == 'bundled'
+                                                        else 'nvidia-persistenced'),
+        'Documentation=https://docs.nvidia.com/deploy/driver-persistence/',
+        'Wants=syslog.target',
+        'After=syslog.target local-fs.target',
+        '',
+        '[Service]',
+        'Type=forking',
+        # systemd creates the run directory at every start (it is on a tmpfs) and removes it at stop;
+        # the daemon then hands it to its --user.
+        'RuntimeDirectory=nvidia-persistenced',
+        'RuntimeDirectoryMode=0755',
+        'PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid',
+        'ExecStart=%s' % ' '.join(argv),
+    ]
+    if kind == 'driver':
+        # NVIDIA's daemon starts every GPU at its global default: bring back each GPU's own saved mode.
+        lines.append('ExecStartPost=%s' % ' '.join(apply_argv(params)))
+    if kind == 'bundled':
+        lines.append('ExecReload=/bin/kill -HUP $MAINPID')
+    lines += [
+        'Restart=on-failure',
+        'RestartSec=2s',
+        'TimeoutStartSec=60s',
+        'TimeoutStopSec=30s',
+        '',
+        '[Install]',
+        'WantedBy=multi-user.target',
+        '',
+    ]
+    return '\n'.join(lines)
+
+
+SYSV_TEMPLATE = r'''#!/bin/sh
+%(header)s### BEGIN INIT INFO
+# Provides:          %(service)s
+# Required-Start:    $remote_fs $syslog
+# Required-Stop:     $remote_fs $syslog
+# Default-Start:     2 3 4 5
+# Default-Stop:      0 1 6
+# Short-Description: NVIDIA Persistence Daemon
+# Description:       Keeps NVIDIA GPUs initialised while no client uses them and
+#                    serves per-GPU persistence mode over RPC.
+### END INIT INFO
+# chkconfig: 2345 20 80
+# description: NVIDIA Persistence Daemon
+
+NAME=%(service)s
+DAEMON=%(daemon)s
+RUN_DIR=%(run_dir)s
+PIDFILE="$RUN_DIR/nvidia-persistenced.pid"
+RUN_OWNER=%(owner)s
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+
+running() {
+    [ -r "$PIDFILE" ] || return 1
+    pid=$(cat "$PIDFILE" 2>/dev/null)
+    [ -n "$pid" ] || return 1
+    kill -s 0 "$pid" 2>/dev/null || return 1
+    # the pid is a persistence daemon (not a recycled pid): its program name says so
+    tr '\000' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -n 2 | grep -q persistenced
+}
+
+do_start() {
+    if running; then
+        echo "$NAME is already running (pid $pid)"
+        return 0
+    fi
+    if [ ! -x "$DAEMON" ]; then
+        echo "$NAME: $DAEMON is not installed" >&2
+        return 5
+    fi
+    # /var/run is a tmpfs: make the run directory at every start.
+    mkdir -p "$RUN_DIR" && chmod 0755 "$RUN_DIR" && chown "$RUN_OWNER" "$RUN_DIR" || return 1
+    %(start)s || return 1
+%(post_start)s    return 0
+}
+
+do_stop() {
+    if running; then
+        kill -s TERM "$pid" 2>/dev/null
+        tries=0
+        while kill -s 0 "$pid" 2>/dev/null; do
+            tries=$((tries + 1))
+            if [ "$tries" -gt 100 ]; then
+                echo "$NAME: pid $pid did not stop after SIGTERM" >&2
+                return 1
+            fi
+            sleep 0.1 2>/dev/null || sleep 1
+        done
+    fi
+    rm -rf "$RUN_DIR"
+    return 0
+}
+
+case "$1" in
+    start)
+        do_start
+        ;;
+    stop)
+        do_stop
+        ;;
+    restart|force-reload)
+        do_stop && do_start
+        ;;
+    reload)
+%(reload)s        ;;
+    status)
+        if running; then
+            echo "$NAME is running (pid $pid)"
+            exit 0
+        elif [ -e "$PIDFILE" ]; then
+            echo "$NAME is not running but $PIDFILE exists"
+            exit 1
+        fi
+        echo "$NAME is not running"
+        exit 3
+        ;;
+    *)
+        echo "Usage: $0 {start|stop|restart|force-reload|reload|status}" >&2
+        exit 2
+        ;;
+esac
+'''
+
+
+def render_sysvinit(params, daemon_path, kind):
+    argv = daemon_argv(params, daemon_path, kind)
+    post_start = ''
+    if kind == 'driver':
+        post_start = '    %s || true\n' % ' '.join(sh_quote(a) for a in apply_argv(params))
+    if kind == 'bundled':
+        reload_body = ('        if running; then kill -s HUP "$pid"; else echo "$NAME is not running" >&2; exit 7; fi\n')
+    else:
+        reload_body = ('        echo "$NAME: NVIDIA\'s daemon cannot reload; use restart" >&2\n'
+                       '        exit 3\n')
+    owner = params['user'] if params['user'] == 'root' else '%s:%s' % (params['user'], params['group'])
+    return SYSV_TEMPLATE % {
+        'header': _header('#', params['service_name']),
+        'service': params['service_name'],
+        'daemon': sh_quote(daemon_path),
+        'run_dir': RUN_DIR,
+        'owner': sh_quote(owner),
+        'start': ' '.join(['"$DAEMON"'] + [sh_quote(a) for a in argv[1:]]),
+        'post_start': post_start,
+        'reload': reload_body,
+    }
+
+
+def render_upstart(params, daemon_path, kind):
+    argv = daemon_argv(params, daemon_path, kind)
+    owner = params['user'] if params['user'] == 'root' else '%s:%s' % (params['user'], params['group'])
+    lines = [
+        _header('#', params['service_name']).rstrip('\n'),
+        'description "NVIDIA Persistence Daemon"',
+        '',
+        'start on runlevel [2345]',
+        'stop on runlevel [016]',
+        '',
+        'expect fork',
+        'respawn',
+        'respawn limit 5 60',
+        '',
+        'pre-start script',
+        '    mkdir -p %s' % RUN_DIR,
+        '    chmod 0755 %s' % RUN_DIR,
+        '    chown %s %s' % (sh_quote(owner), RUN_DIR),
+        'end script',
+        '',
+        'exec %s' % ' '.join(sh_quote(a) for a in argv),
+    ]
+    if kind == 'driver':
+        lines += ['', 'post-start exec %s' % ' '.join(sh_quote(a) for a in apply_argv(params))]
+    lines += ['', 'post-stop exec rm -rf %s' % RUN_DIR, '']
+    return '\n'.join(lines)
+
+
+RENDERERS = {'systemd': render_systemd, 'sysvinit': render_sysvinit, 'upstart': render_upstart}
+
+
+def render(init_system, params, daemon_path, kind):
+    return RENDERERS[init_system](params, daemon_path, kind)
+
+
+def is_ours(text):
+    """True when a unit/script/job file was written by this collection."""
+    return bool(text) and MARKER in text[:400]
+
+
+def bundled_script(source, python):
+    """The bundled daemon with its shebang pointing at the host's Python."""
+    first, sep, rest = source.partition('\n')
+    if not first.startswith('#!'):
+        raise ConfigError('the bundled daemon source has no shebang line')
+    return '#!%s\n%s' % (python, rest)
+
+
+def plan(current, desired):
+    """Decide what to do from facts about the host.
+
+    ``current``: dict with ``unit`` (text or None), ``binary`` (text or None),
+    ``running`` (bool), ``enabled`` (bool), ``user_exists`` (bool),
+    ``group_exists`` (bool), ``run_dir_ok`` (bool), ``state_dir_ok`` (bool).
+    ``desired``: dict with ``unit`` and ``binary`` texts, ``create_user``,
+    ``create_group`` (bools).
+    Returns an ordered list of action names.
+    """
+    actions = []
+    if desired['create_group'] and not current['group_exists']:
+        actions.append('create_group')
+    if desired['create_user'] and not current['user_exists']:
+        actions.append('create_user')
+    if not current['state_dir_ok']:
+        actions.append('state_dir')
+    binary_changed = current['binary'] != desired['binary']
+    if binary_changed:
+        actions.append('install_binary')
+    unit_changed = current['unit'] != desired['unit']
+    if unit_changed:
+        if current['unit'] is not None and not is_ours(current['unit']):
+            actions.append('backup_unit')
+        actions.append('write_unit')
+        actions.append('reload_init')
+    if not current['enabled']:
+        actions.append('enable')
+    if not current['running']:
+        actions.append('start')
+    elif unit_changed or (binary_changed and desired.get('binary_is_daemon')):
+        actions.append('restart')
+    elif not current['run_dir_ok']:
+        actions.append('restart')
+    return actions
+
+
+class ServiceControl(object):
+    """The init system's commands for one service. ``run(argv) -> (rc, out, err)``."""
+
+    def __init__(self, init_system, service, run, tools, root='/'):
+        self.init_system = init_system
+        self.service = service
+        self.run = run
+        self.tools = tools
+        self.script = '/etc/init.d/%s' % service
+
+    def _tool(self, name):
+        path = self.tools.get(name)
+        if not path:
+            raise ConfigError('%s is needed to manage %s on this %s host but was not found'
+                              % (name, self.service, self.init_system))
+        return path
+
+    def _check(self, argv, what):
+        rc, out, err = self.run(argv)
+        if rc != 0:
+            raise ServiceError('%s failed (%s, rc=%d): %s' % (what, ' '.join(argv), rc, (err or out).strip()))
+        return out
+
+    # ---- queries ----------------------------------------------------------
+    def is_enabled(self, rc_root='/etc'):
+        import glob
+        if self.init_system == 'systemd':
+            rc, out, err = self.run([self._tool('systemctl'), 'is-enabled', self.service])
+            return rc == 0 and out.strip() in ('enabled', 'enabled-runtime', 'alias', 'static', 'generated')
+        if self.init_system == 'sysvinit':
+            return bool(glob.glob('%s/rc[2345].d/S[0-9][0-9]%s' % (rc_root, self.service)))
+        return True  # Upstart: the job's "start on" stanza starts it at boot
+
+    def is_running(self):
+        if self.init_system == 'systemd':
+            rc, out, err = self.run([self._tool('systemctl'), 'is-active', self.service])
+            return rc == 0
+        if self.init_system == 'upstart':
+            rc, out, err = self.run([self._tool('initctl'), 'status', self.service])
+            return rc == 0 and 'start/running' in out
+        return pid_alive(PID_FILE)
+
+    # ---- actions ----------------------------------------------------------
+    def reload_init(self):
+        if self.init_system == 'systemd':
+            self._check([self._tool('systemctl'), 'daemon-reload'], 'systemd daemon-reload')
+        elif self.init_system == 'upstart':
+            self._check([self._tool('initctl'), 'reload-configuration'], 'Upstart reload-configuration')
+
+    def enable(self):
+        if self.init_system == 'systemd':
+            self._check([self._tool('systemctl'), 'enable', self.service], 'enabling %s' % self.service)
+        elif self.init_system == 'sysvinit':
+            if self.tools.get('update-rc.d'):
+                self._check([self.tools['update-rc.d'], self.service, 'defaults'], 'update-rc.d')
+            elif self.tools.get('chkconfig'):
+                self._check([self.tools['chkconfig'], '--add', self.service], 'chkconfig --add')
+                self._check([self.tools['chkconfig'], self.service, 'on'], 'chkconfig on')
+            elif self.tools.get('insserv'):
+                self._check([self.tools['insserv'], self.service], 'insserv')
+            else:
+                raise ConfigError('none of update-rc.d, chkconfig or insserv was found to enable %s at boot'
+                                  % self.service)
+
+    def disable(self):
+        if self.init_system == 'systemd':
+            self._check([self._tool('systemctl'), 'disable', self.service], 'disabling %s' % self.service)
+        elif self.init_system == 'sysvinit':
+            if self.tools.get('update-rc.d'):
+                self._check([self.tools['update-rc.d'], '-f', self.service, 'remove'], 'update-rc.d remove')
+            elif self.tools.get('chkconfig'):
+                self._check([self.tools['chkconfig'], '--del', self.service], 'chkconfig --del')
+            elif self.tools.get('insserv'):
+                self._check([self.tools['insserv'], '-r', self.service], 'insserv -r')
+
+    def _verb(self, verb):
+        if self.init_system == 'systemd':
+            return self._check([self._tool('systemctl'), verb, self.service], '%s %s' % (verb, self.service))
+        if self.init_system == 'upstart':
+            return self._check([self._tool('initctl'), verb, self.service], '%s %s' % (verb, self.service))
+        return self._check([self.script, verb], '%s %s' % (verb, self.service))
+
+    def start(self):
+        self._verb('start')
+
+    def stop(self):
+        if self.init_system == 'upstart':
+            rc, out, err = self.run([self._tool('initctl'), 'stop', self.service])
+            if rc != 0 and 'Unknown instance' not in (err + out):
+                raise ServiceError('stop %s failed (rc=%d): %s' % (self.service, rc, (err or out).strip()))
+            return
+        self._verb('stop')
+
+    def restart(self):
+        if self.init_system == 'upstart':
+            # "initctl restart" keeps the old job definition: stop and start to load the new one.
+            self.stop()
+            self.start()
+        else:
+            self._verb('restart')
+
+    def logs(self, lines=30):
+        """Recent log lines of the daemon, for error messages."""
+        if self.init_system == 'systemd' and self.tools.get('journalctl'):
+            rc, out, err = self.run([self.tools['journalctl'], '-u', self.service, '-n', str(lines), '--no-pager'])
+            return out.strip()
+        for path in ('/var/log/syslog', '/var/log/daemon.log', '/var/log/messages'):
+            try:
+                with open(path, 'rb') as handle:
+                    handle.seek(0, 2)
+                    handle.seek(max(0, handle.tell() - 65536))
+                    text = handle.read().decode('utf-8', 'replace')
+            except (IOError, OSError):
+                continue
+            hits = [line for line in text.splitlines() if 'persistenced' in line]
+            return '\n'.join(hits[-lines:])
+        return ''
+
+
+class ServiceError(Exception):
+    """An init-system command failed."""
+
+
+def pid_alive(pid_file):
+    """The pid in ``pid_file`` when that process runs a persistence daemon, else None."""
+    try:
+        with open(pid_file) as handle:
+            pid = int(handle.read().strip() or '0')
+        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
+            cmdline = handle.read()
+    except (IOError, OSError, ValueError):
+        return None
+    # The program (or, for the bundled daemon, the script run by python) names a persistence daemon.
+    return pid if any(b'persistenced' in os.path.basename(arg) for arg in cmdline.split(b'\0')[:2]) else None
+
+
+def process_uid(pid):
+    try:
+        with open('/proc/%d/status' % pid) as handle:
+            for line in handle:
+                if line.startswith('Uid:'):
+                    return int(line.split()[1])
+    except (IOError, OSError, ValueError, IndexError):
+        return None
+    return None

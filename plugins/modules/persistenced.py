@@ -1,0 +1,572 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: persistenced
+short_description: Deploy the NVIDIA persistence daemon as a service on systemd, SysV and Upstart hosts
+version_added: 0.1.0
+description:
+  - Detects the init system, creates the daemon's service user and group, installs a service definition written by
+    this collection (systemd unit, LSB SysV script or Upstart job), enables it at boot the native way, and starts the
+    daemon, all in one round trip.
+  - The daemon is NVIDIA's C(nvidia-persistenced) from the driver, or the collection's bundled drop-in
+    C(gpufleet-persistenced) when the driver's is absent (O(daemon=auto)) or asked for (O(daemon=bundled)).
+  - The run directory C(/var/run/nvidia-persistenced) is made by the init system at every start (systemd
+    C(RuntimeDirectory=), the SysV script's C(start), the Upstart job's C(pre-start)) because C(/run) is a tmpfs.
+  - A running daemon is left alone unless its service definition, options or (bundled) program changed; then it is
+    restarted once. NVIDIA's daemon resets every GPU to its global default when it starts, so the service runs
+    C(gpufleet-persistenced --apply-saved-modes) right after it, which restores the per-GPU modes that
+    M(gpufleet.nvidia.gpu_persistence) recorded.
+  - An existing service definition not written by this collection is backed up before it is replaced.
+    If the daemon does not come up after a change, the previous definition is put back and the module fails with
+    the daemon's log lines.
+author:
+  - gpufleet.nvidia maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+  action:
+    support: full
+    description: An action plugin hands the bundled daemon's text from the collection to the module.
+options:
+  state:
+    description:
+      - V(present) deploys and starts the daemon; V(absent) stops and disables it and removes the service definition
+        and program this module installed (and the user with O(remove_user)). The state file is kept.
+    type: str
+    choices: [present, absent]
+    default: present
+  daemon:
+    description:
+      - V(driver) uses NVIDIA's daemon at O(driver_path) and fails if it is missing; V(bundled) uses the collection's
+        drop-in; V(auto) uses NVIDIA's when present, else the bundled one.
+      - The bundled program is installed at O(bundled_path) in every case, because the service for NVIDIA's daemon
+        uses it to restore per-GPU modes after start.
+    type: str
+    choices: [auto, driver, bundled]
+    default: auto
+  driver_path:
+    description: Where the driver installs NVIDIA's daemon.
+    type: path
+    default: /usr/bin/nvidia-persistenced
+  bundled_path:
+    description: Where to install the bundled daemon.
+    type: path
+    default: /usr/local/sbin/gpufleet-persistenced
+  init_system:
+    description: The host's init system; V(auto) detects it as M(gpufleet.nvidia.init_system_info) does.
+    type: str
+    choices: [auto, systemd, sysvinit, upstart]
+    default: auto
+  service_name:
+    description: Name of the service (unit, init script, Upstart job).
+    type: str
+    default: nvidia-persistenced
+  user:
+    description:
+      - Account the daemon runs as after start-up. Drivers 560 and newer no longer create it; this module does.
+      - V(root) keeps the daemon as root, which coherent-NVLink systems (GH200) need for NUMA memory onlining.
+    type: str
+    default: nvidia-persistenced
+  group:
+    description: Primary group of O(user); defaults to a group named like the user (V(root) for root).
+    type: str
+  create_user:
+    description: Create O(user) (a system account with no login shell and home C(/)) and O(group) when missing.
+    type: bool
+    default: true
+  allow_other_primary_group:
+    description:
+      - An existing O(user) whose primary group is not O(group) is an error unless this is true; the daemon is then
+        started with C(--group) O(group).
+    type: bool
+    default: false
+  persistence_mode:
+    description: Default persistence mode for GPUs without a saved per-GPU mode (C(--persistence-mode)).
+    type: bool
+    default: true
+  uvm_persistence_mode:
+    description: Pass C(--uvm-persistence-mode) (true) or C(--no-uvm-persistence-mode) (false); unset passes neither.
+    type: bool
+  verbose:
+    description: Pass C(--verbose) (log every state change to syslog).
+    type: bool
+    default: false
+  nvidia_cfg_path:
+    description: Pass C(--nvidia-cfg-path) (directory of C(libnvidia-cfg.so.1)).
+    type: path
+  extra_args:
+    description: More options for the daemon, one item each; letters, digits and C(_./=:,+@-) only.
+    type: list
+    elements: str
+    default: []
+  state_file:
+    description: Per-GPU modes kept across restarts (shared with M(gpufleet.nvidia.gpu_persistence)).
+    type: path
+    default: /var/lib/gpufleet/persistence.json
+  backup:
+    description: Back up a service definition not written by this collection before replacing it.
+    type: bool
+    default: true
+  start_timeout:
+    description: Seconds to wait for the daemon to answer on its socket after a start.
+    type: float
+    default: 30
+  remove_user:
+    description: With O(state=absent), also remove O(user) and O(group) (never C(root)).
+    type: bool
+    default: false
+notes:
+  - Needs root (C(become=true)).
+  - Local additions to the systemd unit belong in a drop-in (C(/etc/systemd/system/<service>.service.d/)), which this
+    module never touches.
+  - Upstart is supported through its job file and C(initctl); there is no Upstart host in this collection's test lab,
+    so that path is tested against a faithful C(initctl) test double.
+seealso:
+  - module: gpufleet.nvidia.init_system_info
+  - module: gpufleet.nvidia.gpu_persistence
+'''
+
+EXAMPLES = r'''
+- name: Run NVIDIA's persistence daemon (or the bundled one) as a service
+  gpufleet.nvidia.persistenced:
+  become: true
+
+- name: GH200 nodes need the daemon to stay root
+  gpufleet.nvidia.persistenced:
+    user: root
+    uvm_persistence_mode: true
+  become: true
+
+- name: Leave new GPUs unpersisted by default, and log every change
+  gpufleet.nvidia.persistenced:
+    persistence_mode: false
+    verbose: true
+  become: true
+
+- name: Remove the service and its user
+  gpufleet.nvidia.persistenced:
+    state: absent
+    remove_user: true
+  become: true
+'''
+
+RETURN = r'''
+actions:
+  description: What was done (or would be done in check mode), in order.
+  returned: always
+  type: list
+  elements: str
+  sample: [create_user, install_binary, write_unit, reload_init, enable, start]
+init_system:
+  description: The init system used.
+  returned: always
+  type: str
+  sample: systemd
+daemon:
+  description: Which daemon runs, V(driver) (NVIDIA's) or V(bundled).
+  returned: when state is present
+  type: str
+  sample: driver
+daemon_path:
+  description: Path of the daemon program.
+  returned: when state is present
+  type: str
+  sample: /usr/bin/nvidia-persistenced
+unit_path:
+  description: The service definition file.
+  returned: always
+  type: str
+  sample: /etc/systemd/system/nvidia-persistenced.service
+user:
+  description: Account the daemon runs as.
+  returned: always
+  type: str
+  sample: nvidia-persistenced
+group:
+  description: Its group.
+  returned: always
+  type: str
+  sample: nvidia-persistenced
+pid:
+  description: Process id of the running daemon, null when it is not running.
+  returned: when state is present
+  type: int
+  sample: 1234
+backup_file:
+  description: Backup of a replaced service definition that this collection had not written.
+  returned: when a backup was made
+  type: str
+  sample: /etc/init.d/nvidia-persistenced.12345.2026-11-30@10:00:00~
+'''
+
+import grp
+import os
+import pwd
+import stat
+import sys
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+
+
+def read_text(path):
+    try:
+        with open(path, 'r') as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+class Deployer(object):
+    def __init__(self, module):
+        self.module = module
+        self.params = dict(module.params)
+        self.host = os.uname()[1]
+        self.result = {'changed': False, 'actions': []}
+        self.backup_file = None
+
+    # ---- helpers --------------------------------------------------------------
+    def fail(self, msg, **extra):
+        self.module.fail_json(msg='%s: %s' % (self.host, msg), actions=self.result['actions'], **extra)
+
+    def run(self, argv):
+        return self.module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
+
+    def write_file(self, path, text, mode):
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
+        try:
+            with os.fdopen(fd, 'w') as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, mode)
+        except Exception:
+            os.unlink(tmp)
+            raise
+        self.module.atomic_move(tmp, path, unsafe_writes=False)
+        os.chmod(path, mode)
+
+    def restore_file(self, path, text, mode):
+        if text is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+        else:
+            self.write_file(path, text, mode)
+
+    # ---- facts ----------------------------------------------------------------
+    def detect(self):
+        p = self.params
+        detected = _init_system.detect('/', run_command=self.run)
+        tools = dict(detected['evidence']['tools'])
+        tools['journalctl'] = self.module.get_bin_path('journalctl')
+        init = detected['init_system'] if p['init_system'] == 'auto' else p['init_system']
+        if init == 'unknown':
+            self.fail('no init system recognised (%s); set init_system to systemd, sysvinit or upstart if this host '
+                      'really runs one' % detected['reason'])
+        self.init = init
+        self.control = pd.ServiceControl(init, p['service_name'], self.run, tools)
+        self.unit_path = pd.unit_path(init, p['service_name'])
+        self.unit_mode = 0o755 if init == 'sysvinit' else 0o644
+        self.result.update(init_system=init, unit_path=self.unit_path, user=p['user'], group=p['group'])
+
+    def resolve_identity(self):
+        p = self.params
+        try:
+            self.pw = pwd.getpwnam(p['user'])
+        except KeyError:
+            self.pw = None
+        try:
+            self.gr = grp.getgrnam(p['group'])
+        except KeyError:
+            self.gr = None
+        if self.pw is not None and self.gr is not None and self.pw.pw_gid != self.gr.gr_gid \
+                and not p['allow_other_primary_group']:
+            try:
+                primary = grp.getgrgid(self.pw.pw_gid).gr_name
+            except KeyError:
+                primary = str(self.pw.pw_gid)
+            self.fail('user %s exists with primary group %s, not %s: set group: %s, or allow_other_primary_group: '
+                      'true to run the daemon with --group %s' % (p['user'], primary, p['group'], primary, p['group']))
+        if self.pw is None and not p['create_user']:
+            self.fail('user %s does not exist and create_user is false: create it or let this module create it'
+                      % p['user'])
+        if self.gr is None and not p['create_user']:
+            self.fail('group %s does not exist and create_user is false' % p['group'])
+
+    # ---- present ----------------------------------------------------------------
+    def present(self):
+        p = self.params
+        self.resolve_identity()
+        driver_ok = os.path.isfile(p['driver_path']) and os.access(p['driver_path'], os.X_OK)
+        if p['daemon'] == 'driver' and not driver_ok:
+            self.fail('NVIDIA\'s daemon %s is missing: install the driver\'s nvidia-persistenced package, or use '
+                      'daemon: bundled (or auto)' % p['driver_path'])
+        kind = 'driver' if p['daemon'] == 'driver' or (p['daemon'] == 'auto' and driver_ok) else 'bundled'
+        daemon_path = p['driver_path'] if kind == 'driver' else p['bundled_path']
+        python = '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else sys.executable
+        try:
+            desired_binary = pd.bundled_script(p['_bundled_source'], python)
+            desired_unit = pd.render(self.init, p, daemon_path, kind)
+        except pd.ConfigError as exc:
+            self.fail(str(exc))
+        current_unit = read_text(self.unit_path)
+        current_binary = read_text(p['bundled_path'])
+        running = self.control.is_running()
+        uid = self.pw.pw_uid if self.pw else None
+        gid = self.gr.gr_gid if self.gr else None
+        current = {
+            'unit': current_unit,
+            'binary': current_binary,
+            'running': running,
+            'enabled': self.control.is_enabled() if current_unit == desired_unit else False,
+            'user_exists': self.pw is not None,
+            'group_exists': self.gr is not None,
+            'state_dir_ok': self.dir_ok(os.path.dirname(p['state_file']), uid, gid),
+            'run_dir_ok': (not running) or p['user'] == 'root' or self.dir_ok(pd.RUN_DIR, uid, None),
+        }
+        desired = {'unit': desired_unit, 'binary': desired_binary, 'binary_is_daemon': kind == 'bundled',
+                   'create_user': p['user'] != 'root', 'create_group': p['group'] != 'root'}
+        actions = pd.plan(current, desired)
+        self.result.update(daemon=kind, daemon_path=daemon_path, actions=actions, changed=bool(actions))
+        if self.module._diff:
+            self.result['diff'] = [dict(before_header=self.unit_path, after_header=self.unit_path,
+                                        before=current_unit or '', after=desired_unit)]
+            if current_binary != desired_binary:
+                self.result['diff'].append(dict(before_header=p['bundled_path'], after_header=p['bundled_path'],
+                                                before=current_binary or '', after=desired_binary))
+        if self.module.check_mode:
+            self.result['pid'] = pd.pid_alive(pd.PID_FILE)
+            return
+        for action in actions:
+            getattr(self, 'do_' + action)(current, desired)
+        if running or 'start' in actions or 'restart' in actions:
+            self.verify(current, actions)
+
+    @staticmethod
+    def dir_ok(path, uid, gid):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        return (uid is not None and st.st_uid == uid and (gid is None or st.st_gid == gid)
+                and stat.S_IMODE(st.st_mode) == 0o755)
+
+    def do_create_group(self, current, desired):
+        rc, out, err = self.run([self.module.get_bin_path('groupadd', required=True), '-r', self.params['group']])
+        if rc != 0:
+            self.fail('creating group %s failed: %s' % (self.params['group'], (err or out).strip()))
+        self.gr = grp.getgrnam(self.params['group'])
+
+    def do_create_user(self, current, desired):
+        p = self.params
+        nologin = next((s for s in ('/usr/sbin/nologin', '/sbin/nologin') if os.path.exists(s)), '/bin/false')
+        argv = [self.module.get_bin_path('useradd', required=True), '-r', '-M', '-d', '/', '-s', nologin,
+                '-c', 'NVIDIA Persistence Daemon', '-g', p['group'], p['user']]
+        rc, out, err = self.run(argv)
+        if rc != 0:
+            self.fail('creating user %s failed (%s): %s' % (p['user'], ' '.join(argv), (err or out).strip()))
+        self.pw = pwd.getpwnam(p['user'])
+
+    def do_state_dir(self, current, desired):
+        path = os.path.dirname(self.params['state_file'])
+        if not os.path.isdir(path):
+            os.makedirs(path, 0o755)
+        os.chown(path, self.pw.pw_uid, self.gr.gr_gid)
+        os.chmod(path, 0o755)
+
+    def do_install_binary(self, current, desired):
+        self.write_file(self.params['bundled_path'], desired['binary'], 0o755)
+
+    def do_backup_unit(self, current, desired):
+        if self.params['backup']:
+            self.backup_file = self.module.backup_local(self.unit_path)
+            self.result['backup_file'] = self.backup_file
+
+    def do_write_unit(self, current, desired):
+        self.write_file(self.unit_path, desired['unit'], self.unit_mode)
+
+    def do_reload_init(self, current, desired):
+        self.service_call(self.control.reload_init, current)
+
+    def do_enable(self, current, desired):
+        self.service_call(self.control.enable, current)
+
+    def do_start(self, current, desired):
+        self.service_call(self.control.start, current)
+
+    def do_restart(self, current, desired):
+        self.service_call(self.control.restart, current)
+
+    def service_call(self, call, current):
+        try:
+            call()
+        except (pd.ServiceError, pd.ConfigError) as exc:
+            self.roll_back(current, str(exc))
+
+    def roll_back(self, current, reason):
+        """Put the previous unit and program back, restart the old daemon if it ran, and fail."""
+        logs = self.control.logs()
+        p = self.params
+        notes = []
+        try:
+            self.restore_file(self.unit_path, current['unit'], self.unit_mode)
+            self.restore_file(p['bundled_path'], current['binary'], 0o755)
+            self.control.reload_init()
+            if current['running']:
+                self.control.restart()
+            notes.append('the previous service definition was restored')
+        except Exception as exc:  # report both failures; the first is the one to fix
+            notes.append('restoring the previous service definition also failed: %s' % exc)
+        self.fail('%s; %s. Daemon log:\n%s' % (reason, '; '.join(notes), logs or '(no log lines found)'),
+                  changed=True)
+
+    def verify(self, current, actions):
+        """The daemon answers on its socket and runs as the service user."""
+        p = self.params
+        deadline = time.time() + p['start_timeout']
+        last = None
+        while True:
+            try:
+                with rpc.PersistencedClient(pd.SOCKET, timeout=2.0) as client:
+                    client.null()
+                break
+            except rpc.PersistencedError as exc:
+                last = exc
+            if time.time() > deadline:
+                reason = 'the daemon did not answer on %s within %ss after %s (%s)' % (
+                    pd.SOCKET, p['start_timeout'], '/'.join(a for a in actions if a in ('start', 'restart')) or 'start',
+                    last)
+                if 'start' in actions or 'restart' in actions:
+                    self.roll_back(current, reason)
+                self.fail(reason)
+            time.sleep(0.1)
+        pid = pd.pid_alive(pd.PID_FILE)
+        self.result['pid'] = pid
+        if pid is not None and self.pw is not None:
+            uid = pd.process_uid(pid)
+            if uid is not None and uid != self.pw.pw_uid:
+                self.fail('the daemon (pid %d) runs as uid %d, not as %s (uid %d)'
+                          % (pid, uid, p['user'], self.pw.pw_uid))
+
+    # ---- absent -----------------------------------------------------------------
+    def absent(self):
+        p = self.params
+        current_unit = read_text(self.unit_path)
+        ours = pd.is_ours(current_unit)
+        actions = []
+        if self.control.is_running() and (ours or current_unit is None):
+            actions.append('stop')
+        if ours:
+            if self.control.is_enabled():
+                actions.append('disable')
+            actions += ['remove_unit', 'reload_init']
+        if os.path.exists(p['bundled_path']):
+            actions.append('remove_binary')
+        if p['remove_user'] and p['user'] != 'root':
+            try:
+                pwd.getpwnam(p['user'])
+                actions.append('remove_user')
+            except KeyError:
+                pass
+            try:
+                grp.getgrnam(p['group'])
+                if p['group'] != 'root':
+                    actions.append('remove_group')
+            except KeyError:
+                pass
+        self.result.update(actions=actions, changed=bool(actions))
+        if self.module._diff and ours:
+            self.result['diff'] = dict(before_header=self.unit_path, after_header=self.unit_path,
+                                       before=current_unit, after='')
+        if self.module.check_mode:
+            return
+        try:
+            for action in actions:
+                if action == 'stop':
+                    self.control.stop()
+                elif action == 'disable':
+                    self.control.disable()
+                elif action == 'remove_unit':
+                    os.unlink(self.unit_path)
+                elif action == 'reload_init':
+                    self.control.reload_init()
+                elif action == 'remove_binary':
+                    os.unlink(p['bundled_path'])
+                elif action in ('remove_user', 'remove_group'):
+                    tool = 'userdel' if action == 'remove_user' else 'groupdel'
+                    name = p['user'] if action == 'remove_user' else p['group']
+                    rc, out, err = self.run([self.module.get_bin_path(tool, required=True), name])
+                    if rc != 0:
+                        self.fail('%s %s failed: %s' % (tool, name, (err or out).strip()))
+        except (pd.ServiceError, pd.ConfigError, OSError) as exc:
+            self.fail('removing the persistence daemon failed at %s: %s' % (action, exc))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type='str', default='present', choices=['present', 'absent']),
+            daemon=dict(type='str', default='auto', choices=['auto', 'driver', 'bundled']),
+            driver_path=dict(type='path', default=pd.DRIVER_PATH),
+            bundled_path=dict(type='path', default=pd.BUNDLED_PATH),
+            init_system=dict(type='str', default='auto', choices=['auto', 'systemd', 'sysvinit', 'upstart']),
+            service_name=dict(type='str', default='nvidia-persistenced'),
+            user=dict(type='str', default='nvidia-persistenced'),
+            group=dict(type='str'),
+            create_user=dict(type='bool', default=True),
+            allow_other_primary_group=dict(type='bool', default=False),
+            persistence_mode=dict(type='bool', default=True),
+            uvm_persistence_mode=dict(type='bool'),
+            verbose=dict(type='bool', default=False),
+            nvidia_cfg_path=dict(type='path'),
+            extra_args=dict(type='list', elements='str', default=[]),
+            state_file=dict(type='path', default=pd.STATE_FILE),
+            backup=dict(type='bool', default=True),
+            start_timeout=dict(type='float', default=30.0),
+            remove_user=dict(type='bool', default=False),
+            _bundled_source=dict(type='str'),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p['group'] is None:
+        p['group'] = 'root' if p['user'] == 'root' else p['user']
+    if p['state'] == 'present' and not p['_bundled_source']:
+        module.fail_json(msg='the bundled daemon was not passed in: call this module as gpufleet.nvidia.persistenced '
+                             '(its action plugin supplies it), not through a renamed copy')
+    try:
+        pd.validate(p)
+    except pd.ConfigError as exc:
+        module.fail_json(msg=str(exc))
+    deployer = Deployer(module)
+    deployer.detect()
+    if p['state'] == 'present':
+        deployer.present()
+    else:
+        deployer.absent()
+    module.exit_json(**deployer.result)
+
+
+if __name__ == '__main__':
+    main()

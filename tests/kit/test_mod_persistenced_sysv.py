@@ -1,0 +1,149 @@
+"""The SysV init script that gpufleet.nvidia.persistenced writes, run for real by dash
+in fake GPU hosts, driving NVIDIA's real nvidia-persistenced and the bundled daemon.
+
+LSB exit codes: start/stop/restart 0 on success (also when already in that
+state), status 0 running / 1 dead with a pid file / 3 stopped, 2 for a bad action.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+import fakehost
+from fakehost import wait_gone
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, ".build", "collections"))
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc  # noqa: E402
+
+STATE = "/run/gpufleet/persistence.json"
+
+
+def write_exec(path, text):
+    with open(path, "w") as handle:
+        handle.write(text)
+    os.chmod(path, 0o755)
+
+
+def install_script(host, kind):
+    """Render the script as the module would, with the daemon paths of this fake host."""
+    bin_dir = os.path.join(host.dir, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    bundled = os.path.join(bin_dir, "gpufleet-persistenced")
+    write_exec(bundled, "#!/bin/sh\nexec /usr/bin/python3 %s \"$@\"\n" % os.path.join(REPO, "files",
+                                                                                   "gpufleet-persistenced"))
+    if kind == "driver":
+        daemon = os.path.join(bin_dir, "nvidia-persistenced")
+        write_exec(daemon, "#!/bin/sh\nexec %s \"$@\"\n" % " ".join(fakehost.persistenced_argv(host.dir)))
+    else:
+        daemon = bundled
+    params = dict(service_name="nvidia-persistenced", user="nobody", group="nogroup", persistence_mode=True,
+                  uvm_persistence_mode=None, verbose=True, nvidia_cfg_path=None, extra_args=[], state_file=STATE,
+                  bundled_path=bundled, driver_path=daemon)
+    script = os.path.join(host.dir, "nvidia-persistenced.init")
+    write_exec(script, pd.render("sysvinit", params, daemon, kind))
+    return script
+
+
+def service(host, script, action):
+    proc = subprocess.run(fakehost.nsrun_argv(host.dir, ["/bin/dash", script, action]),
+                          capture_output=True, text=True, timeout=60)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def pid_of(host):
+    with open(host.tree.pid_file) as handle:
+        return int(handle.read().split()[0])
+
+
+def modes(host, count):
+    with rpc.PersistencedClient(host.tree.socket) as client:
+        return [client.get_persistence_mode("0000:%02x:00.0" % (i + 1)) for i in range(count)]
+
+
+@pytest.mark.parametrize("kind", ["driver", "bundled"])
+def test_lsb_life_cycle(make_host, kind):
+    host = make_host(gpus=4)
+    script = install_script(host, kind)
+    os.makedirs(os.path.join(host.dir, "run", "gpufleet"))
+    with open(os.path.join(host.dir, "run", "gpufleet", "persistence.json"), "w") as handle:
+        json.dump({"format_version": 1, "default_mode": None, "gpus": {
+            "GPU-0000a101-1111-2222-3333-000000000001": {"mode": "disabled", "pci_bus_id": "00000000:02:00.0"},
+            "GPU-0000a103-1111-2222-3333-000000000003": {"mode": "disabled", "pci_bus_id": "00000000:04:00.0"}}},
+            handle)
+
+    assert service(host, script, "status")[0] == 3
+    rc, out = service(host, script, "stop")
+    assert rc == 0, out  # stopping a stopped service succeeds
+
+    rc, out = service(host, script, "start")
+    assert rc == 0, out
+    pid = pid_of(host)
+    host.daemon_pids.append(pid)
+    run_dir = os.stat(host.tree.run_dir)
+    assert stat.S_IMODE(run_dir.st_mode) == 0o755
+    assert run_dir.st_uid == 65534  # handed to the service user
+    with open("/proc/%d/status" % pid) as handle:
+        uid_line = [line for line in handle if line.startswith("Uid:")][0]
+    assert uid_line.split()[1:] == ["65534"] * 4
+    # each GPU's saved mode is back right after start (NVIDIA's: by the script's post-start step)
+    assert modes(host, 4) == [1, 0, 1, 0]
+
+    rc, out = service(host, script, "status")
+    assert rc == 0 and "is running (pid %d)" % pid in out
+    rc, out = service(host, script, "start")
+    assert rc == 0 and "already running" in out and pid_of(host) == pid
+
+    rc, out = service(host, script, "restart")
+    assert rc == 0, out
+    assert wait_gone(pid)
+    new_pid = pid_of(host)
+    host.daemon_pids[-1] = new_pid
+    assert new_pid != pid
+    assert modes(host, 4) == [1, 0, 1, 0]
+
+    rc, out = service(host, script, "reload")
+    assert rc == (0 if kind == "bundled" else 3), out
+
+    rc, out = service(host, script, "stop")
+    assert rc == 0, out
+    assert wait_gone(new_pid)
+    host.daemon_pids.pop()
+    assert not os.path.exists(host.tree.run_dir)  # cleaned up on stop, though the daemon ran as nobody
+    assert service(host, script, "status")[0] == 3
+
+
+def test_status_with_a_stale_pid_file_is_1(make_host):
+    host = make_host(gpus=1)
+    script = install_script(host, "bundled")
+    os.makedirs(host.tree.run_dir)
+    with open(host.tree.pid_file, "w") as handle:
+        handle.write("999999\n")
+    rc, out = service(host, script, "status")
+    assert rc == 1 and "not running but" in out
+    rc, out = service(host, script, "start")  # a stale pid file does not block a start
+    assert rc == 0, out
+    host.daemon_pids.append(pid_of(host))
+
+
+def test_missing_daemon_is_lsb_5(make_host):
+    host = make_host(gpus=1)
+    script = install_script(host, "bundled")
+    os.unlink(os.path.join(host.dir, "bin", "gpufleet-persistenced"))
+    rc, out = service(host, script, "start")
+    assert rc == 5 and "is not installed" in out
+
+
+def test_failed_start_is_reported(make_host):
+    host = make_host(gpus=1)
+    script = install_script(host, "bundled")
+    import shutil
+    shutil.rmtree(os.path.join(host.dir, "proc", "driver", "nvidia", "gpus"))
+    rc, out = service(host, script, "start")
+    assert rc == 1
+    assert "failed to initialize" in out and "NVIDIA kernel driver loaded" in out

@@ -1,0 +1,167 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Service rendering, input validation and the converge plan of the persistenced module."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
+
+
+def params(**overrides):
+    base = dict(service_name='nvidia-persistenced', user='nvidia-persistenced', group='nvidia-persistenced',
+                persistence_mode=True, uvm_persistence_mode=None, verbose=False, nvidia_cfg_path=None,
+                extra_args=[], state_file=pd.STATE_FILE, bundled_path=pd.BUNDLED_PATH, driver_path=pd.DRIVER_PATH)
+    base.update(overrides)
+    return base
+
+
+def test_daemon_argv_options():
+    assert pd.daemon_argv(params(), pd.DRIVER_PATH, 'driver') == [
+        pd.DRIVER_PATH, '--user', 'nvidia-persistenced', '--persistence-mode']
+    argv = pd.daemon_argv(params(user='root', group='root', persistence_mode=False, uvm_persistence_mode=True,
+                                 verbose=True, nvidia_cfg_path='/usr/lib/nvidia', extra_args=['--foo=1']),
+                          pd.BUNDLED_PATH, 'bundled')
+    assert argv == [pd.BUNDLED_PATH, '--no-persistence-mode', '--uvm-persistence-mode', '--verbose',
+                    '--nvidia-cfg-path', '/usr/lib/nvidia', '--state-file', pd.STATE_FILE, '--foo=1']
+    assert '--group' in pd.daemon_argv(params(group='video'), pd.DRIVER_PATH, 'driver')
+
+
+@pytest.mark.parametrize('key,value,words', [
+    ('user', 'nvidia persistenced', 'not a valid account name'),
+    ('user', '$(reboot)', 'not a valid account name'),
+    ('group', 'Video', 'not a valid account name'),
+    ('service_name', 'nv;rm', 'may only hold'),
+    ('state_file', 'relative/path.json', 'must be an absolute path'),
+    ('nvidia_cfg_path', '/usr/lib/$HOME', 'must be an absolute path'),
+    ('extra_args', ['--opt=a b'], 'unsafe in a service definition'),
+    ('extra_args', ['%n'], 'unsafe in a service definition'),
+    ('extra_args', ['x\nExecStartPre=/bin/sh'], 'unsafe in a service definition'),
+])
+def test_validation_refuses_injection(key, value, words):
+    with pytest.raises(pd.ConfigError) as exc:
+        pd.validate(params(**{key: value}))
+    assert words in str(exc.value)
+
+
+@pytest.mark.parametrize('init', ['systemd', 'sysvinit', 'upstart'])
+@pytest.mark.parametrize('kind', ['driver', 'bundled'])
+def test_every_definition_is_marked_and_runs_the_right_things(init, kind):
+    path = pd.DRIVER_PATH if kind == 'driver' else pd.BUNDLED_PATH
+    text = pd.render(init, params(), path, kind)
+    assert pd.is_ours(text)
+    assert path in text and '--user' in text and 'nvidia-persistenced' in text
+    assert ('--apply-saved-modes' in text) == (kind == 'driver')
+    assert ('--state-file' in text)
+
+
+def test_systemd_unit_shape():
+    unit = pd.render('systemd', params(), pd.DRIVER_PATH, 'driver')
+    for line in ('Type=forking', 'PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid',
+                 'RuntimeDirectory=nvidia-persistenced', 'RuntimeDirectoryMode=0755', 'Restart=on-failure',
+                 'After=syslog.target local-fs.target', 'WantedBy=multi-user.target',
+                 'ExecStartPost=%s --apply-saved-modes --state-file %s' % (pd.BUNDLED_PATH, pd.STATE_FILE)):
+        assert line in unit.splitlines()
+
+
+@pytest.mark.parametrize('kind', ['driver', 'bundled'])
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path, kind):
+    tool = shutil.which('systemd-analyze')
+    assert tool, 'systemd-analyze is needed (Debian package systemd)'
+    unit = tmp_path / 'nvidia-persistenced.service'
+    # verify checks that the programs exist: point them at ones that do
+    unit.write_text(pd.render('systemd', params(bundled_path='/bin/true'), '/bin/true', kind))
+    proc = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True, cwd=str(tmp_path), check=False)
+    assert proc.returncode == 0 and proc.stderr.strip() == '', proc.stderr
+
+
+@pytest.mark.parametrize('kind', ['driver', 'bundled'])
+def test_sysv_script_is_posix_sh(tmp_path, kind):
+    script = tmp_path / 'nvidia-persistenced'
+    script.write_text(pd.render('sysvinit', params(extra_args=['--opt=1']), pd.DRIVER_PATH, kind))
+    for shell in ('/bin/sh', '/bin/dash'):
+        proc = subprocess.run([shell, "-n", str(script)], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+    checker = shutil.which('checkbashisms')
+    assert checker, 'checkbashisms is needed (Debian package devscripts)'
+    proc = subprocess.run([checker, "--posix", "--force", str(script)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    text = script.read_text()
+    assert '### BEGIN INIT INFO' in text and '# Default-Start:     2 3 4 5' in text and '# chkconfig: 2345' in text
+
+
+def test_sysv_usage_and_unknown_action_exit_2(tmp_path):
+    script = tmp_path / 'nvidia-persistenced'
+    script.write_text(pd.render('sysvinit', params(), pd.DRIVER_PATH, 'driver'))
+    proc = subprocess.run(["/bin/dash", str(script), "frobnicate"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and 'Usage:' in proc.stderr
+
+
+def test_upstart_job_stanzas():
+    job = pd.render('upstart', params(user='root', group='root'), pd.DRIVER_PATH, 'driver')
+    lines = job.splitlines()
+    for stanza in ('start on runlevel [2345]', 'stop on runlevel [016]', 'expect fork', 'respawn',
+                   'pre-start script', 'end script', 'post-stop exec rm -rf /var/run/nvidia-persistenced'):
+        assert stanza in lines
+    assert 'exec /usr/bin/nvidia-persistenced --persistence-mode' in lines  # root: no --user
+    assert any(line.startswith('post-start exec /usr/local/sbin/gpufleet-persistenced --apply-saved-modes')
+               for line in lines)
+
+
+def test_bundled_script_gets_the_hosts_python():
+    source = '#!/usr/bin/env python\nprint(1)\n'
+    assert pd.bundled_script(source, '/usr/bin/python3') == '#!/usr/bin/python3\nprint(1)\n'
+    with pytest.raises(pd.ConfigError):
+        pd.bundled_script('print(1)\n', '/usr/bin/python3')
+
+
+def facts(**overrides):
+    base = dict(unit='U', binary='B', running=True, enabled=True, user_exists=True, group_exists=True,
+                state_dir_ok=True, run_dir_ok=True)
+    base.update(overrides)
+    return base
+
+
+DESIRED = dict(unit='U', binary='B', binary_is_daemon=False, create_user=True, create_group=True)
+
+
+@pytest.mark.parametrize('current,actions', [
+    (facts(), []),
+    (facts(running=False), ['start']),
+    (facts(unit=None, binary=None, running=False, enabled=False, user_exists=False, group_exists=False,
+           state_dir_ok=False),
+     ['create_group', 'create_user', 'state_dir', 'install_binary', 'write_unit', 'reload_init', 'enable', 'start']),
+    (facts(unit='# Managed by gpufleet.nvidia\nold'), ['write_unit', 'reload_init', 'restart']),
+    (facts(unit='#!/bin/sh\n# NVIDIA sample script\n'), ['backup_unit', 'write_unit', 'reload_init', 'restart']),
+    (facts(binary='old'), ['install_binary']),  # NVIDIA's daemon runs: the helper changed, no restart
+    (facts(enabled=False), ['enable']),
+    (facts(run_dir_ok=False), ['restart']),
+])
+def test_plan(current, actions):
+    assert pd.plan(current, DESIRED) == actions
+
+
+def test_plan_restarts_a_running_bundled_daemon_whose_program_changed():
+    desired = dict(DESIRED, binary_is_daemon=True)
+    assert pd.plan(facts(binary='old'), desired) == ['install_binary', 'restart']
+
+
+def test_plan_for_root_creates_no_account():
+    desired = dict(DESIRED, create_user=False, create_group=False)
+    assert pd.plan(facts(user_exists=False, group_exists=False), desired) == []
+
+
+def test_pid_alive_checks_the_process_is_a_persistence_daemon(tmp_path):
+    pid_file = tmp_path / 'pid'
+    pid_file.write_text('%d\n' % os.getpid())
+    assert pd.pid_alive(str(pid_file)) is None  # pytest is not a persistence daemon
+    pid_file.write_text('not a pid\n')
+    assert pd.pid_alive(str(pid_file)) is None
+    assert pd.pid_alive(str(tmp_path / 'missing')) is None
