@@ -30,11 +30,11 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = dict(self._task.args)
-        if '_bundled_source' in args:
-            raise AnsibleActionFail('_bundled_source is internal to gpufleet.nvidia.persistenced; do not set it')
+        if 'bundled_source' in args:
+            raise AnsibleActionFail('bundled_source is internal to gpufleet.nvidia.persistenced; do not set it')
         try:
             with open(BUNDLED, 'r') as handle:
-                args['_bundled_source'] = handle.read()
+                args['bundled_source'] = handle.read()
         except (IOError, OSError) as exc:
             raise AnsibleActionFail('cannot read the bundled daemon %s from the collection: %s' % (BUNDLED, exc))
         result.update(self._execute_module(module_name='gpufleet.nvidia.persistenced', module_args=args,

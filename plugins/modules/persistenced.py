@@ -128,6 +128,11 @@ options:
     description: With O(state=absent), also remove O(user) and O(group) (never C(root)).
     type: bool
     default: false
+  bundled_source:
+    description:
+      - Set by the module's action plugin, which reads the bundled daemon from the collection's C(files/) on the
+        controller so the host receives it in the same round trip. Do not set it; the action plugin refuses it.
+    type: str
 notes:
   - Needs root (C(become=true)).
   - Local additions to the systemd unit belong in a drop-in (C(/etc/systemd/system/<service>.service.d/)), which this
@@ -326,7 +331,7 @@ class Deployer(object):
         daemon_path = p['driver_path'] if kind == 'driver' else p['bundled_path']
         python = '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else sys.executable
         try:
-            desired_binary = pd.bundled_script(p['_bundled_source'], python)
+            desired_binary = pd.bundled_script(p['bundled_source'], python)
             desired_unit = pd.render(self.init, p, daemon_path, kind)
         except pd.ConfigError as exc:
             self.fail(str(exc))
@@ -545,14 +550,14 @@ def main():
             backup=dict(type='bool', default=True),
             start_timeout=dict(type='float', default=30.0),
             remove_user=dict(type='bool', default=False),
-            _bundled_source=dict(type='str'),
+            bundled_source=dict(type='str', no_log=True),
         ),
         supports_check_mode=True,
     )
     p = module.params
     if p['group'] is None:
         p['group'] = 'root' if p['user'] == 'root' else p['user']
-    if p['state'] == 'present' and not p['_bundled_source']:
+    if p['state'] == 'present' and not p['bundled_source']:
         module.fail_json(msg='the bundled daemon was not passed in: call this module as gpufleet.nvidia.persistenced '
                              '(its action plugin supplies it), not through a renamed copy')
     try:
