@@ -1,0 +1,77 @@
+"""Tests of the lab CLI's pure parts (no root, no hosts): GPU descriptions,
+mount plans and inventories.  Bringing hosts up is covered by
+molecule/default (root, Debian 12)."""
+
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+LAB_PATH = Path(__file__).resolve().parent / "lab"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    loader = importlib.machinery.SourceFileLoader("gpufleet_lab", str(LAB_PATH))
+    spec = importlib.util.spec_from_loader("gpufleet_lab", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_gpu_description_is_reproducible_and_in_range(lab):
+    a = lab.gpu_description("h1", "1-8", "seed")
+    assert a == lab.gpu_description("h1", "1-8", "seed")
+    assert a != lab.gpu_description("h1", "1-8", "other")
+    for name in ("h%d" % i for i in range(1, 40)):
+        desc = lab.gpu_description(name, "2-3", "s")
+        gpus = desc["gpus"]
+        assert 2 <= len(gpus) <= 3
+        assert len({g["name"] for g in gpus}) == 1
+        assert len({g["uuid"] for g in gpus}) == len(gpus)
+        assert [g["minor"] for g in gpus] == list(range(len(gpus)))
+        for g in gpus:
+            assert g["uuid"].startswith("GPU-") and len(g["uuid"]) == 40
+            assert g["pci_bus_id"] == "00000000:%02X:00.0" % g["pci"]["bus"]
+    assert len(lab.gpu_description("h9", "8", "s")["gpus"]) == 8
+
+
+@pytest.mark.parametrize("spec", ["0", "9", "3-2", "1-9", "x", ""])
+def test_bad_gpu_specs(lab, spec):
+    with pytest.raises(lab.LabError):
+        lab.parse_gpus(spec)
+
+
+def test_mount_plan_binds_the_first_directory_the_kernel_lacks(lab, tmp_path):
+    tree = tmp_path / "sys"
+    (tree / "bus/pci/drivers/nvidia/0000:18:00.0").mkdir(parents=True)
+    real = tmp_path / "real-sys"
+    (real / "bus/pci/drivers/serial").mkdir(parents=True)
+    inside = Path("/var/lib/gpufleet-lab/gpu/sys")
+    plan = lab.mount_plan(tree, real, inside)
+    assert plan == [(inside / "bus/pci/drivers", real / "bus/pci/drivers")]
+
+
+def test_inventories(lab, tmp_path):
+    state = {"hosts": {
+        "h1": {"kind": "systemd", "ip": "10.250.0.11",
+               "gpus": lab.gpu_description("h1", "2", "s")},
+        "h2": {"kind": "upstart", "ip": "10.250.0.12",
+               "gpus": lab.gpu_description("h2", "1", "s")},
+    }}
+    yml = tmp_path / "inv.yml"
+    lab.write_inventory(state, yml, "yaml")
+    data = json.loads(yml.read_text().split("\n", 1)[1])
+    children = data["all"]["children"]
+    assert set(children["gpu_nodes"]["hosts"]) == {"h1", "h2"}
+    assert children["gpu_nodes"]["hosts"]["h2"]["lab_kind"] == "upstart"
+    assert children["gpu_nodes"]["vars"]["ansible_python_interpreter"] == "/usr/bin/python3"
+    assert list(children["systemd"]["hosts"]) == ["h1"]
+    assert children["sysvinit"]["hosts"] == {}
+    ini = tmp_path / "inv.ini"
+    lab.write_inventory(state, ini, "ini")
+    text = ini.read_text()
+    assert "[gpu_nodes]\nh1 ansible_host=10.250.0.11 lab_kind=systemd" in text
+    assert "\n[upstart]\nh2\n" in text
