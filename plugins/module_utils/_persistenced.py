@@ -110,10 +110,11 @@ def render_systemd(params, daemon_path, kind):
         '',
         '[Service]',
         'Type=forking',
-        # systemd creates the run directory at every start (it is on a tmpfs) and removes it at stop;
-        # the daemon then hands it to its --user.
-        'RuntimeDirectory=nvidia-persistenced',
-        'RuntimeDirectoryMode=0755',
+        # /run is a tmpfs: make the run directory, owned by the service user, at every start, and remove it
+        # at stop (the daemon has dropped root by then and cannot). RuntimeDirectory= would make it root's,
+        # and NVIDIA's daemon does not hand over a directory it did not create.
+        'ExecStartPre=/usr/bin/install -d -m 0755 -o %s -g %s /run/nvidia-persistenced' % (params['user'],
+                                                                                           params['group']),
         'PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid',
         'ExecStart=%s' % ' '.join(argv),
     ]
@@ -122,6 +123,7 @@ def render_systemd(params, daemon_path, kind):
         lines.append('ExecStartPost=%s' % ' '.join(apply_argv(params)))
     if kind == 'bundled':
         lines.append('ExecReload=/bin/kill -HUP $MAINPID')
+    lines.append('ExecStopPost=/bin/rm -rf /run/nvidia-persistenced')
     lines += [
         'Restart=on-failure',
         'RestartSec=2s',
@@ -390,7 +392,9 @@ class ServiceControl(object):
             self._check([self._tool('systemctl'), 'enable', self.service], 'enabling %s' % self.service)
         elif self.init_system == 'sysvinit':
             if self.tools.get('update-rc.d'):
-                self._check([self.tools['update-rc.d'], self.service, 'defaults'], 'update-rc.d')
+                # "defaults" keeps links a package left behind (K links of a disabled service): "enable" turns them on.
+                self._check([self.tools['update-rc.d'], self.service, 'defaults'], 'update-rc.d defaults')
+                self._check([self.tools['update-rc.d'], self.service, 'enable'], 'update-rc.d enable')
             elif self.tools.get('chkconfig'):
                 self._check([self.tools['chkconfig'], '--add', self.service], 'chkconfig --add')
                 self._check([self.tools['chkconfig'], self.service, 'on'], 'chkconfig on')

@@ -344,7 +344,9 @@ class Deployer(object):
             'unit': current_unit,
             'binary': current_binary,
             'running': running,
-            'enabled': self.control.is_enabled() if current_unit == desired_unit else False,
+            # a changed definition is enabled again (systemd links point at the old file); Upstart jobs start
+            # through their own "start on" stanza
+            'enabled': self.control.is_enabled() if current_unit == desired_unit or self.init == 'upstart' else False,
             'user_exists': self.pw is not None,
             'group_exists': self.gr is not None,
             'state_dir_ok': self.dir_ok(os.path.dirname(p['state_file']), uid, gid),
@@ -518,14 +520,22 @@ class Deployer(object):
                     self.control.reload_init()
                 elif action == 'remove_binary':
                     os.unlink(p['bundled_path'])
-                elif action in ('remove_user', 'remove_group'):
-                    tool = 'userdel' if action == 'remove_user' else 'groupdel'
-                    name = p['user'] if action == 'remove_user' else p['group']
-                    rc, out, err = self.run([self.module.get_bin_path(tool, required=True), name])
-                    if rc != 0:
-                        self.fail('%s %s failed: %s' % (tool, name, (err or out).strip()))
+                elif action == 'remove_user':
+                    self.remove_account('userdel', p['user'], pwd.getpwnam)
+                elif action == 'remove_group':
+                    # userdel already removes a user's private group on most distributions
+                    self.remove_account('groupdel', p['group'], grp.getgrnam)
         except (pd.ServiceError, pd.ConfigError, OSError) as exc:
             self.fail('removing the persistence daemon failed at %s: %s' % (action, exc))
+
+    def remove_account(self, tool, name, lookup):
+        try:
+            lookup(name)
+        except KeyError:
+            return
+        rc, out, err = self.run([self.module.get_bin_path(tool, required=True), name])
+        if rc != 0:
+            self.fail('%s %s failed: %s' % (tool, name, (err or out).strip()))
 
 
 def main():

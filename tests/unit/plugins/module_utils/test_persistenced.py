@@ -65,7 +65,9 @@ def test_every_definition_is_marked_and_runs_the_right_things(init, kind):
 def test_systemd_unit_shape():
     unit = pd.render('systemd', params(), pd.DRIVER_PATH, 'driver')
     for line in ('Type=forking', 'PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid',
-                 'RuntimeDirectory=nvidia-persistenced', 'RuntimeDirectoryMode=0755', 'Restart=on-failure',
+                 'ExecStartPre=/usr/bin/install -d -m 0755 -o nvidia-persistenced -g nvidia-persistenced '
+                 '/run/nvidia-persistenced',
+                 'ExecStopPost=/bin/rm -rf /run/nvidia-persistenced', 'Restart=on-failure',
                  'After=syslog.target local-fs.target', 'WantedBy=multi-user.target',
                  'ExecStartPost=%s --apply-saved-modes --state-file %s' % (pd.BUNDLED_PATH, pd.STATE_FILE)):
         assert line in unit.splitlines()
