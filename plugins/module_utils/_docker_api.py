@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A tiny Docker Engine API client: HTTP over a unix socket, stdlib only.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. It exists so that managed hosts need neither the Docker SDK nor
+``requests``; the only call we need is ``GET /info``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import socket
+import struct
+
+try:
+    import http.client as http_client
+except ImportError:  # pragma: no cover - Python 2 is not supported, kept for the import sanity test
+    import httplib as http_client  # type: ignore
+
+DEFAULT_SOCKET = '/var/run/docker.sock'
+
+
+class DockerAPIError(Exception):
+    """The engine API could not be reached or answered with an error."""
+
+    def __init__(self, msg, unreachable=False):
+        super(DockerAPIError, self).__init__(msg)
+        self.unreachable = unreachable
+
+
+class _UnixHTTPConnection(http_client.HTTPConnection):
+    def __init__(self, socket_path, timeout):
+        http_client.HTTPConnection.__init__(self, 'localhost', timeout=timeout)
+        self._socket_path = socket_path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._socket_path)
+        except Exception:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def socket_path_from_host(host):
+    """``unix:///var/run/docker.sock`` or a plain path -> the socket path."""
+    if host.startswith('unix://'):
+        return host[len('unix://'):]
+    return host
+
+
+class DockerAPI(object):
+    """Engine API client bound to one unix socket."""
+
+    def __init__(self, socket_path=DEFAULT_SOCKET, timeout=10.0):
+        self.socket_path = socket_path_from_host(socket_path)
+        self.timeout = timeout
+
+    def get(self, url):
+        conn = _UnixHTTPConnection(self.socket_path, self.timeout)
+        try:
+            try:
+                conn.request('GET', url, headers={'Host': 'docker', 'Accept': 'application/json'})
+                response = conn.getresponse()
+                body = response.read()
+            except (socket.error, OSError, http_client.HTTPException) as exc:
+                raise DockerAPIError('cannot query dockerd at unix://%s (GET %s): %s'
+                                     % (self.socket_path, url, exc), unreachable=True)
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise DockerAPIError('dockerd at unix://%s answered GET %s with HTTP %s: %s'
+                                 % (self.socket_path, url, response.status,
+                                    body.decode('utf-8', 'replace').strip()))
+        try:
+            return json.loads(body.decode('utf-8'))
+        except ValueError as exc:
+            raise DockerAPIError('dockerd at unix://%s answered GET %s with invalid JSON: %s'
+                                 % (self.socket_path, url, exc))
+
+    def info(self):
+        """``GET /info`` as a dict (``Runtimes``, ``DefaultRuntime``, ``ServerVersion``...)."""
+        return self.get('/info')
+
+    def peer_pid(self):
+        """PID of the process listening on the socket (SO_PEERCRED), or None.
+
+        With systemd socket activation this is PID 1, so callers must check
+        that the PID really is dockerd.
+        """
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+            creds = sock.getsockopt(socket.SOL_SOCKET, getattr(socket, 'SO_PEERCRED', 17), struct.calcsize('3i'))
+            pid = struct.unpack('3i', creds)[0]
+            return pid or None
+        except (socket.error, OSError):
+            return None
+        finally:
+            sock.close()

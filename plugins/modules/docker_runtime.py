@@ -1,0 +1,307 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: docker_runtime
+short_description: Register a container runtime (nvidia) in dockerd's daemon.json and apply it
+version_added: 0.1.0
+description:
+  - Merges a runtime entry into dockerd's C(daemon.json) (C(runtimes.<name>.path) and C(runtimeArgs)),
+    optionally makes it the C(default-runtime) and sets C(features.cdi), then makes the running dockerd use it.
+  - B(Merge, never overwrite.) Every other key and value keeps its exact text (numbers such as C(1.0) or C(1e3),
+    escapes, key order), and the file keeps its indentation (2 or 4 spaces, tabs, one-line), line endings and
+    trailing newline. Only the members this module sets are written, formatted like their neighbours.
+    A file whose content does not change is not rewritten.
+  - A missing or empty file counts as C({}); the directory is created with mode C(0755) and the file with C(0644).
+    Invalid JSON, duplicate keys, a top level that is not an object, or a C(runtimes) that is not an object make
+    the module fail, naming the file and the problem, and leave the file untouched.
+  - When O(path) is a symbolic link, its target is written and the link is kept; a dangling link is refused.
+    Writes are atomic (temporary file in the same directory, fsync, rename) and keep owner, mode and SELinux context.
+    Concurrent runs on one host are serialised by a lock on the file's directory.
+  - With O(apply=auto) the module asks the running dockerd (C(GET /info) on its API socket) whether it already runs
+    what the file says. If it does, nothing is signalled, even when the file was changed by an earlier run that never
+    applied it. Additions and changes are applied by a reload (SIGHUP), so running containers keep running; a removal
+    (of the runtime, or of C(default-runtime)) needs a restart, because dockerd keeps removed settings on reload
+    (and dockerd 20.10 crashes when the running default runtime disappears on reload). The result is verified through
+    the API; if a reload did not take, dockerd is restarted.
+  - Reload and restart go through the host's init system (C(systemctl reload|restart docker), Upstart
+    C(initctl reload|restart docker), SysV C(service docker restart)); SysV scripts have no reload, so SIGHUP
+    goes to dockerd's PID.
+  - B(dockerd is never left down.) Before writing, the module refuses a configuration dockerd would reject when it can
+    tell (a key it sets is also given as a dockerd flag in the unit, the running command line or C(DOCKER_OPTS);
+    C(dockerd --validate) when the installed dockerd has it, 23.0 and later; on older dockerd, keys that are not
+    dockerd options per its C(--help), which would make it refuse to start). If dockerd does not come back or
+    verification fails, the previous file is restored, dockerd restarted with it, and the module fails with
+    dockerd's own error.
+  - When dockerd is not running (or not installed) the file is still written and RV(action=deferred) says it will be
+    applied when dockerd next starts; this is not a failure. The module never starts a stopped dockerd.
+author:
+  - gpufleet.nvidia maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Predicts the file change and the apply action (RV(action)) without writing or signalling.
+  diff_mode:
+    support: full
+    details:
+      - Shows the file before and after, with the file path as header.
+  idempotent:
+    support: full
+options:
+  path:
+    description:
+      - The dockerd configuration file. Use the file dockerd is started with (C(--config-file)).
+    type: path
+    default: /etc/docker/daemon.json
+  name:
+    description:
+      - The runtime name, as given to C(docker run --runtime=<name>).
+      - C(runc), C(io.containerd.runc.v2) and C(io.containerd.runtime.v1.linux) are reserved by dockerd.
+    type: str
+    default: nvidia
+  runtime_path:
+    description:
+      - The runtime executable, an absolute path or a name dockerd finds in its C(PATH).
+      - A warning (not a failure) is given when it is not found on the host; it comes with the
+        C(nvidia-container-toolkit) package.
+    type: str
+    default: nvidia-container-runtime
+  runtime_args:
+    description:
+      - Arguments for the runtime, written as dockerd's C(runtimeArgs) (not C(args), which C(nvidia-ctk) writes and
+        dockerd ignores; an existing C(args) key is left alone with a warning).
+      - When omitted, an existing entry's C(runtimeArgs) are left as they are and a new entry gets C([]).
+        A missing C(runtimeArgs) equals C([]).
+    type: list
+    elements: str
+  default_runtime:
+    description:
+      - Whether the runtime is dockerd's C(default-runtime).
+      - V(false) removes C(default-runtime) only when it names this runtime; another default is left alone.
+    type: bool
+    default: false
+  cdi:
+    description:
+      - Sets C(features.cdi) (Container Device Interface support, dockerd 25 and later).
+      - When omitted, C(features.cdi) is left as it is. A missing C(features.cdi) equals V(false).
+    type: bool
+  state:
+    description:
+      - V(present) registers the runtime; V(absent) removes the runtime entry, and C(default-runtime) if it names
+        the runtime, and nothing else (an emptied C(runtimes) object stays). O(cdi) is ignored with V(absent).
+    type: str
+    choices: [present, absent]
+    default: present
+  backup:
+    description:
+      - Create a backup file with a timestamp before changing the file.
+    type: bool
+    default: false
+  apply:
+    description:
+      - How to make the running dockerd use the file.
+      - V(auto) reloads when that suffices and restarts only when something was removed or a reload did not take.
+      - V(reload) only ever reloads; a change that needs a restart is written and reported as RV(action=deferred)
+        with a warning.
+      - V(restart) restarts dockerd whenever the running configuration differs from the file.
+      - V(none) only writes the file; RV(action=deferred) when dockerd runs something else.
+    type: str
+    choices: [auto, reload, restart, none]
+    default: auto
+  docker_host:
+    description:
+      - dockerd's API socket, a path or a C(unix://) URL.
+    type: str
+    default: unix:///var/run/docker.sock
+  service_name:
+    description:
+      - The init system's name for dockerd's service.
+    type: str
+    default: docker
+  timeout:
+    description:
+      - Seconds to wait for dockerd to answer with the new configuration after a restart (and again after a
+        rollback). A reload is given at most 5 seconds before the module falls back to a restart.
+    type: int
+    default: 60
+notes:
+  - "A restart stops running containers unless dockerd runs with C(live-restore) enabled; set
+    C({\"live-restore\": true}) in C(daemon.json) on hosts where containers must survive dockerd restarts.
+    A restart is only needed to remove settings; registering the runtime is a reload."
+  - Only what this module manages is compared with the running dockerd (C(/info) C(Runtimes), C(DefaultRuntime),
+    and C(CDISpecDirs) for O(cdi) on dockerd 25 and later). Older dockerd does not report C(features), so a change of
+    C(features.cdi) there is applied by a reload when this run changes it, and cannot be verified.
+  - The dockerd PID is read from C(/var/run/docker.pid), else found in C(/proc).
+  - Requires root on the managed host.
+seealso:
+  - name: Docker daemon configuration file
+    description: dockerd's reference for daemon.json.
+    link: https://docs.docker.com/reference/cli/dockerd/#daemon-configuration-file
+  - name: NVIDIA Container Toolkit
+    description: Installing nvidia-container-runtime.
+    link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
+  - module: gpufleet.nvidia.init_system_info
+    description: How the init system that reloads and restarts dockerd is detected.
+'''
+
+EXAMPLES = r'''
+- name: Register the nvidia runtime with dockerd (reload, containers keep running)
+  gpufleet.nvidia.docker_runtime:
+    state: present
+
+- name: Make nvidia the default runtime and enable CDI, keeping a backup
+  gpufleet.nvidia.docker_runtime:
+    default_runtime: true
+    cdi: true
+    backup: true
+  register: gpu_docker_runtime
+
+- name: Show what happened to dockerd
+  ansible.builtin.debug:
+    msg: "{{ gpu_docker_runtime.action }}: {{ gpu_docker_runtime.msg }}"
+
+- name: Register a legacy runtime with arguments in a non-default config file, applied later in a window
+  gpufleet.nvidia.docker_runtime:
+    path: /etc/docker/daemon.json
+    name: nvidia-legacy
+    runtime_path: /usr/bin/nvidia-container-runtime
+    runtime_args:
+      - --debug
+    apply: none
+
+- name: Remove the nvidia runtime (a restart, removals are not reloadable)
+  gpufleet.nvidia.docker_runtime:
+    state: absent
+'''
+
+RETURN = r'''
+path:
+  description: The configuration file, as given.
+  returned: always
+  type: str
+  sample: /etc/docker/daemon.json
+backup_file:
+  description: The backup made before the change, when O(backup=true) and the file changed.
+  returned: always
+  type: str
+  sample: /etc/docker/daemon.json.12345.2026-11-30@05:30:00~
+action:
+  description:
+    - What was (in check mode, would be) done to the running dockerd.
+    - V(none) nothing needed; V(reload) SIGHUP; V(restart) restart through the init system;
+      V(deferred) the file was written but dockerd is not running (applies at its next start),
+      O(apply=none), or O(apply=reload) and a restart is needed.
+  returned: always
+  type: str
+  choices: [none, reload, restart, deferred]
+  sample: reload
+file_changed:
+  description: Whether the file content changed (would change in check mode).
+  returned: always
+  type: bool
+  sample: true
+runtimes:
+  description: The runtimes the running dockerd reports (C(/info) C(Runtimes)) after the run; empty when it is not running.
+  returned: always
+  type: dict
+  sample: {"nvidia": {"path": "nvidia-container-runtime"}, "runc": {"path": "runc"}}
+default_runtime:
+  description: The default runtime the running dockerd reports after the run (before it, in check mode); null when it is not running.
+  returned: always
+  type: str
+  sample: runc
+dockerd_pid_before:
+  description: PID of dockerd before the run; null when it was not running.
+  returned: always
+  type: int
+  sample: 1234
+dockerd_pid_after:
+  description: PID of dockerd after the run (the same as before after a reload).
+  returned: always
+  type: int
+  sample: 1234
+msg:
+  description: What was found and done, in one line.
+  returned: always
+  type: str
+  sample: "/etc/docker/daemon.json changed; dockerd was reloaded (SIGHUP, containers keep running): runtime \"nvidia\" is not loaded"
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as daemon_json
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, socket_path_from_host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_system import detect
+
+ARGUMENT_SPEC = dict(
+    path=dict(type='path', default=daemon_json.DEFAULT_PATH),
+    name=dict(type='str', default='nvidia'),
+    runtime_path=dict(type='str', default='nvidia-container-runtime'),
+    runtime_args=dict(type='list', elements='str'),
+    default_runtime=dict(type='bool', default=False),
+    cdi=dict(type='bool'),
+    state=dict(type='str', default='present', choices=['present', 'absent']),
+    backup=dict(type='bool', default=False),
+    apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
+    docker_host=dict(type='str', default='unix:///var/run/docker.sock'),
+    service_name=dict(type='str', default='docker'),
+    timeout=dict(type='int', default=60),
+)
+
+
+def build_service(module, socket_path):
+    def run_command(argv):
+        return module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
+
+    init = detect(run_command=run_command)
+    tools = dict(init['evidence']['tools'])
+    tools['journalctl'] = module.get_bin_path('journalctl')
+    return daemon_json.InitSystemDockerd(run_command, init['init_system'], tools=tools,
+                                         service=module.params['service_name'], socket_path=socket_path), run_command
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    socket_path = socket_path_from_host(params['docker_host'])
+    service, run_command = build_service(module, socket_path)
+    api = DockerAPI(socket_path, timeout=min(10, max(1, params['timeout'])))
+    request = daemon_json.Request(
+        path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
+        runtime_args=params['runtime_args'], default_runtime=params['default_runtime'], cdi=params['cdi'],
+        state=params['state'], apply=params['apply'], timeout=params['timeout'])
+    dockerd_path = module.get_bin_path('dockerd')
+    help_text = daemon_json.dockerd_help(run_command, dockerd_path)
+    validator = daemon_json.dockerd_validator(run_command, dockerd_path, help_text=help_text)
+    option_keys = daemon_json.option_keys_from_help(help_text)
+
+    def mover(src, dest):
+        module.atomic_move(src, dest, unsafe_writes=False)
+
+    try:
+        result = daemon_json.converge(
+            request, service, api, check_mode=module.check_mode,
+            backup=module.backup_local if params['backup'] else None, mover=mover, validator=validator,
+            option_keys=option_keys)
+    except daemon_json.DaemonJsonError as exc:
+        module.fail_json(msg=str(exc), path=params['path'])
+
+    for warning in result.pop('warnings'):
+        module.warn(warning)
+    before, after = result.pop('before'), result.pop('after')
+    if module._diff:
+        result['diff'] = dict(before=before, after=after, before_header=params['path'], after_header=params['path'])
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,325 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""docker_runtime's apply logic against a real dockerd 20.10 (see conftest.py).
+
+Run as root:
+    PYTHONPATH=.build/collections .venv/bin/python -m pytest -v tests/dockerd
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+
+from .conftest import DOCKERD, LabService
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+COLLECTIONS = os.path.join(REPO, '.build', 'collections')
+
+
+def converge(lab, service=None, **params):
+    service = service or LabService(lab)
+    request = dj.Request(path=lab.config, timeout=params.pop('timeout', 45), **params)
+    result = dj.converge(request, service, lab.api, poll=0.1)
+    return result, service
+
+
+def read(path):
+    with open(path, 'rb') as handle:
+        return handle.read()
+
+
+def running_container(lab, image):
+    return lab.docker('run', '-d', '--runtime', 'runc', '--network', 'none', '--stop-timeout', '1', image,
+                      'sh', '-c', "trap 'exit 0' TERM; while :; do sleep 1; done")
+
+
+def is_running(lab, container):
+    try:
+        return lab.api.get('/containers/%s/json' % container)['State']['Running']
+    except Exception:
+        return False
+
+
+def test_first_registration_is_a_reload_and_containers_survive(lab_dockerd, busybox_image):
+    lab = lab_dockerd
+    container = running_container(lab, busybox_image)
+    assert is_running(lab, container)
+    pid = lab.pid()
+    user_before = read(lab.config)
+
+    result, service = converge(lab)
+
+    assert result['action'] == 'reload', result['msg']
+    assert result['changed'] and result['file_changed']
+    assert (service.reloads, service.restarts) == (1, 0)
+    assert result['dockerd_pid_before'] == result['dockerd_pid_after'] == pid == lab.pid()
+    info = lab.api.info()
+    assert info['Runtimes']['nvidia'] == {'path': 'nvidia-container-runtime'}
+    assert info['DefaultRuntime'] == 'runc'
+    assert is_running(lab, container), 'a reload must not stop containers'
+    # The user's keys are still there, byte for byte.
+    after = read(lab.config).decode()
+    for line in user_before.decode().splitlines()[1:3]:
+        assert line.rstrip(',') in after
+    assert any('not found on this host' in w and 'nvidia-container-toolkit' in w for w in result['warnings'])
+
+    # A re-run sends no signal at all and does not rewrite the file.
+    inode = os.stat(lab.config).st_ino
+    again, service = converge(lab)
+    assert again['action'] == 'none' and not again['changed'], again['msg']
+    assert (service.reloads, service.restarts) == (0, 0)
+    assert os.stat(lab.config).st_ino == inode
+    assert is_running(lab, container)
+
+
+def test_default_runtime_reload_then_removal_needs_restart(lab_dockerd):
+    lab = lab_dockerd
+    pid = lab.pid()
+    result, service = converge(lab, default_runtime=True, runtime_args=['--debug'])
+    assert result['action'] == 'reload' and (service.reloads, service.restarts) == (1, 0)
+    assert lab.pid() == pid
+    info = lab.api.info()
+    assert info['DefaultRuntime'] == 'nvidia'
+    assert info['Runtimes']['nvidia'] == {'path': 'nvidia-container-runtime', 'runtimeArgs': ['--debug']}
+
+    # Dropping default-runtime from the file: a reload would keep it, so restart.
+    result, service = converge(lab, default_runtime=False, runtime_args=['--debug'])
+    assert result['action'] == 'restart', result['msg']
+    assert (service.reloads, service.restarts) == (0, 1)
+    assert result['dockerd_pid_after'] != pid and result['dockerd_pid_after'] == lab.pid()
+    assert lab.api.info()['DefaultRuntime'] == 'runc'
+
+    # state=absent removes the runtime: a restart as well, then nothing.
+    result, service = converge(lab, state='absent')
+    assert result['action'] == 'restart' and service.restarts == 1
+    assert 'nvidia' not in lab.api.info()['Runtimes']
+    assert 'nvidia' not in json.loads(read(lab.config))['runtimes']
+    result, service = converge(lab, state='absent')
+    assert result['action'] == 'none' and (service.reloads, service.restarts) == (0, 0)
+
+
+def test_absent_of_the_running_default_never_reloads(lab_dockerd):
+    """dockerd 20.10 panics when a reload drops the running default runtime: restart instead."""
+    lab = lab_dockerd
+    converge(lab, default_runtime=True)
+    result, service = converge(lab, state='absent')
+    assert result['action'] == 'restart' and service.reloads == 0
+    info = lab.api.info()
+    assert info['DefaultRuntime'] == 'runc' and 'nvidia' not in info['Runtimes']
+
+
+def test_file_written_earlier_but_never_applied_is_applied(lab_dockerd):
+    lab = lab_dockerd
+    first, service = converge(lab, apply='none')
+    assert first['action'] == 'deferred' and first['file_changed'] and service.reloads == 0
+    assert 'nvidia' not in lab.api.info()['Runtimes']
+    second, service = converge(lab)
+    assert not second['file_changed'] and second['action'] == 'reload' and service.reloads == 1
+    assert 'nvidia' in lab.api.info()['Runtimes']
+
+
+def test_check_mode_predicts_and_touches_nothing(lab_dockerd):
+    lab = lab_dockerd
+    before = read(lab.config)
+    service = LabService(lab)
+    result = dj.converge(dj.Request(path=lab.config, default_runtime=True), service, lab.api, check_mode=True)
+    assert result['changed'] and result['action'] == 'reload' and result['file_changed']
+    assert read(lab.config) == before and service.reloads == 0
+    assert '"default-runtime": "nvidia"' in result['after']
+
+
+@pytest.mark.dockerd_flags('--default-runtime=runc')
+def test_flag_conflict_refused_before_writing(lab_dockerd):
+    lab = lab_dockerd
+    before = read(lab.config)
+    service = LabService(lab)
+    with pytest.raises(dj.DaemonJsonError) as excinfo:
+        converge(lab, service=service, default_runtime=True)
+    assert 'refusing to write' in str(excinfo.value) and '--default-runtime=runc' in str(excinfo.value)
+    assert read(lab.config) == before
+    assert (service.reloads, service.restarts) == (0, 0)
+
+
+@pytest.mark.dockerd_flags('--default-runtime=runc')
+def test_config_dockerd_rejects_is_rolled_back(lab_dockerd):
+    """Flags we cannot see (a wrapper script): reload is refused, restart fails, the file is restored."""
+    lab = lab_dockerd
+    before = read(lab.config)
+    pid = lab.pid()
+    service = LabService(lab, flags_visible=False)
+    started = time.time()
+    with pytest.raises(dj.DaemonJsonError) as excinfo:
+        converge(lab, service=service, default_runtime=True, timeout=20)
+    message = str(excinfo.value)
+    print(message)
+    assert 'previous file was restored and dockerd restarted with it' in message
+    assert 'both as a flag and in the configuration file' in message, message
+    assert read(lab.config) == before
+    assert lab.pid() and lab.pid() != pid
+    assert lab.api.info()['DefaultRuntime'] == 'runc'
+    assert service.reloads == 1 and service.restarts == 2
+    assert time.time() - started < 60
+
+
+def test_dockerd_not_running_defers(lab_dockerd):
+    lab = lab_dockerd
+    lab.stop()
+    result, service = converge(lab)
+    assert result['action'] == 'deferred' and result['changed']
+    assert 'not running' in result['msg'] and result['dockerd_pid_before'] is None
+    assert 'nvidia' in json.loads(read(lab.config))['runtimes']
+    again, service = converge(lab)
+    assert again['action'] == 'none' and not again['changed']
+    lab.start()
+    assert 'nvidia' in lab.api.info()['Runtimes']
+
+
+WORKER = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, %(collections)r)
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+
+    class NoDockerd(object):
+        def pid(self): return None
+        def flags(self): return []
+
+    path, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    for index in range(rounds):
+        request = dj.Request(path=path, name=name, runtime_path='/opt/%%s/%%d' %% (name, index), apply='none')
+        dj.converge(request, NoDockerd(), api=None)
+''')
+
+
+def _worker(tmp_path):
+    script = tmp_path / 'worker.py'
+    script.write_text(WORKER % {'collections': COLLECTIONS})
+    return str(script)
+
+
+def test_concurrent_merges_lose_nothing(tmp_path):
+    path = str(tmp_path / 'daemon.json')
+    with open(path, 'w') as handle:
+        handle.write('{\n  "log-driver": "local"\n}\n')
+    script = _worker(tmp_path)
+    names = ['gpu-a', 'gpu-b', 'gpu-c', 'gpu-d']
+    procs = [subprocess.Popen([sys.executable, script, path, name, '25']) for name in names]
+    assert [p.wait(120) for p in procs] == [0] * len(names)
+    config = json.loads(read(path))
+    assert config['log-driver'] == 'local'
+    assert sorted(config['runtimes']) == names
+    for name in names:
+        assert config['runtimes'][name]['path'] == '/opt/%s/24' % name
+
+
+def test_kill_9_mid_write_leaves_a_valid_file(tmp_path):
+    path = str(tmp_path / 'daemon.json')
+    original = '{\n  "data-root": "/srv/docker",\n  "x-big": 123456789012345678901234567890\n}\n'
+    with open(path, 'w') as handle:
+        handle.write(original)
+    script = _worker(tmp_path)
+    rng = random.Random(8)
+    kills = 0
+    progressed = set()
+    stale = 0
+    for _round in range(25):
+        proc = subprocess.Popen([sys.executable, script, path, 'nvidia', '100000'])
+        time.sleep(0.15 + rng.random() * 0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        text = read(path).decode()
+        config = json.loads(text)
+        assert config['data-root'] == '/srv/docker'
+        assert '123456789012345678901234567890' in text
+        assert config['runtimes']['nvidia']['path'].startswith('/opt/nvidia/') or 'runtimes' not in config
+        progressed.add(config.get('runtimes', {}).get('nvidia', {}).get('path'))
+        stale = max(stale, len([n for n in os.listdir(str(tmp_path)) if n.endswith('.tmp')]))
+    assert kills == 25
+    assert len(progressed) > 10, 'the writer must have been killed at many different points'
+    print('distinct states seen: %d, temp files left by a kill: %d' % (len(progressed), stale))
+    # Temp files a killed writer left are removed by the next run (under the lock).
+    subprocess.run([sys.executable, script, path, 'nvidia', '1'], check=True)
+    assert sorted(os.listdir(str(tmp_path))) == ['daemon.json', 'worker.py']
+
+
+def test_dockerd_reading_another_file_is_refused(lab_dockerd, tmp_path):
+    lab = lab_dockerd
+    other = str(tmp_path / 'daemon.json')
+    service = LabService(lab)
+    with pytest.raises(dj.DaemonJsonError) as excinfo:
+        dj.converge(dj.Request(path=other), service, lab.api)
+    assert 'reads %s, not %s' % (lab.config, other) in str(excinfo.value)
+    assert not os.path.exists(other) and service.reloads == 0
+
+
+def test_cdi_change_is_reloaded_on_dockerd_without_cdi_in_info(lab_dockerd):
+    lab = lab_dockerd
+    converge(lab)
+    pid = lab.pid()
+    result, service = converge(lab, cdi=True)
+    assert result['action'] == 'reload' and service.reloads == 1 and lab.pid() == pid
+    assert json.loads(read(lab.config))['features'] == {'cdi': True}
+    again, service = converge(lab, cdi=True)
+    assert again['action'] == 'none' and service.reloads == 0
+
+
+@pytest.mark.daemon_json('{\n  "live-restore": true\n}\n')
+def test_restart_with_live_restore_keeps_containers(lab_dockerd, busybox_image):
+    """The README's advice: with live-restore, even the restart a removal needs keeps containers running."""
+    lab = lab_dockerd
+    converge(lab, default_runtime=True)
+    container = running_container(lab, busybox_image)
+    result, service = converge(lab, state='absent')
+    assert result['action'] == 'restart' and service.restarts == 1
+    assert result['dockerd_pid_after'] != result['dockerd_pid_before']
+    assert is_running(lab, container)
+
+
+def _option_keys():
+    def run(argv):
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        return proc.returncode, proc.stdout, proc.stderr
+    return dj.option_keys_from_help(dj.dockerd_help(run, DOCKERD))
+
+
+def test_option_keys_from_help_match_this_dockerd(lab_dockerd):
+    """Every key we derive from `dockerd --help` is one this dockerd accepts (checked by dockerd itself)."""
+    lab = lab_dockerd
+    keys = _option_keys()
+    assert {'runtimes', 'default-runtime', 'features', 'log-opts', 'live-restore'} <= keys
+    lab.stop()
+    flags_in_lab = {'config-file', 'data-root', 'exec-root', 'pidfile', 'host', 'hosts', 'iptables', 'bridge',
+                    'storage-driver', 'validate', 'help', 'version'}
+    with open(lab.config, 'w') as handle:
+        json.dump(dict((key, None) for key in sorted(keys - flags_in_lab) + ['x-not-an-option']), handle)
+    lab.start(wait=False)
+    lab.proc.wait(30)
+    assert lab.log_tail().strip().endswith("don't match any configuration option: x-not-an-option")
+
+
+def test_unknown_key_already_in_file_is_refused_not_restarted(lab_dockerd):
+    """A key dockerd never saw (never restarted since) would keep it down: refuse before touching anything."""
+    lab = lab_dockerd
+    text = read(lab.config).decode().replace('"log-level": "info"', '"log-level": "info",\n  "//": "edited by hand"')
+    with open(lab.config, 'w') as handle:
+        handle.write(text)
+    pid = lab.pid()
+    service = LabService(lab)
+    with pytest.raises(dj.DaemonJsonError) as excinfo:
+        dj.converge(dj.Request(path=lab.config, state='present'), service, lab.api, option_keys=_option_keys())
+    assert '"//" is not a dockerd option' in str(excinfo.value)
+    assert read(lab.config).decode() == text and lab.pid() == pid and (service.reloads, service.restarts) == (0, 0)

@@ -1,0 +1,401 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""daemon.json merge: a corpus of real-world shapes, idempotence, absent, bad input."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+
+FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'daemon_json')
+GOOD = sorted(os.listdir(os.path.join(FIXTURES, 'good')))
+BAD = sorted(os.listdir(os.path.join(FIXTURES, 'bad')))
+with open(os.path.join(FIXTURES, 'bad-expected-errors.json')) as _handle:
+    BAD_EXPECTED = json.load(_handle)
+
+PARAM_SETS = {
+    'defaults': dict(),
+    'default+cdi+args': dict(default_runtime=True, cdi=True, runtime_args=['--debug']),
+    'other-path': dict(runtime_path='/usr/bin/nvidia-container-runtime', runtime_args=[], cdi=False),
+}
+
+
+def read(kind, name):
+    """A fixture's text; ``*.crlf.json`` get CRLF line ends, ``*.bom.json`` a BOM (see the corpus README)."""
+    with open(os.path.join(FIXTURES, kind, name), 'rb') as handle:
+        text = handle.read().decode('utf-8')
+    if '.crlf.' in name:
+        text = text.replace('\n', '\r\n')
+    if '.bom.' in name:
+        text = dj.BOM + text
+    return text
+
+
+def load(text):
+    return dj.config_of(text)
+
+
+def test_corpus_is_big_enough():
+    assert len(GOOD) >= 25
+    assert set(BAD) == set(BAD_EXPECTED)
+
+
+def _raw_members(text):
+    """Raw text of each top-level member: ``{key: '"key": value'}``."""
+    root = dj.parse_document(text)
+    if root is None:
+        return {}
+    return dict((m.key, text[m.key_start:m.node.end]) for m in root.members)
+
+
+def _trailing(text):
+    body = text.rstrip(' \t\r\n')
+    return text[len(body):]
+
+
+def _expected(original, params, state='present'):
+    """The config we expect, built on the parsed original with plain dict logic."""
+    cfg = json.loads(json.dumps(original))
+    name = params.get('name', 'nvidia')
+    if state == 'absent':
+        if isinstance(cfg.get('runtimes'), dict):
+            cfg['runtimes'].pop(name, None)
+        if cfg.get('default-runtime') == name:
+            del cfg['default-runtime']
+        return cfg
+    runtimes = cfg.setdefault('runtimes', {})
+    entry = runtimes.get(name)
+    path = params.get('runtime_path', 'nvidia-container-runtime')
+    args = params.get('runtime_args')
+    if isinstance(entry, dict):
+        entry['path'] = path
+        if args is not None and (args or 'runtimeArgs' in entry):
+            entry['runtimeArgs'] = args
+    else:
+        runtimes[name] = {'path': path, 'runtimeArgs': args or []}
+    if params.get('default_runtime'):
+        cfg['default-runtime'] = name
+    elif cfg.get('default-runtime') == name:
+        del cfg['default-runtime']
+    cdi = params.get('cdi')
+    if cdi is not None:
+        features = cfg.get('features')
+        if cdi or (isinstance(features, dict) and 'cdi' in features):
+            cfg.setdefault('features', {})['cdi'] = cdi
+    return cfg
+
+
+@pytest.mark.parametrize('params_name', sorted(PARAM_SETS))
+@pytest.mark.parametrize('name', GOOD)
+def test_corpus_merge_preserves_everything(name, params_name):
+    params = PARAM_SETS[params_name]
+    text = read('good', name)
+    original = load(text)
+    merged, warnings = dj.merge_text(text, name, **params)
+    result = load(merged)
+
+    # Exactly the expected config: every original key/value kept, ours set.
+    assert dj.same_value(result, _expected(original, params))
+    # Key order: the original keys in their order, new keys appended.
+    keys = list(dj.parse_document(merged).value) if dj.parse_document(merged) else []
+    original_keys = [m.key for m in dj.parse_document(text).members] if dj.parse_document(text) else []
+    original_keys = [key for key in original_keys if key in result]
+    assert keys[:len(original_keys)] == original_keys
+    # Untouched members keep their exact bytes (numbers, escapes, spacing).
+    before_raw = _raw_members(text)
+    for key, raw in before_raw.items():
+        if key not in dj.OUR_KEYS:
+            assert raw in merged, key
+    # Nested: other runtimes and other features keep their exact bytes too.
+    root = dj.parse_document(text)
+    for outer in ('runtimes', 'features'):
+        index, member = root.member(outer) if root else (None, None)
+        if member is not None and member.node.kind == 'object':
+            for inner in member.node.members:
+                if inner.key not in ('nvidia', 'cdi'):
+                    assert text[inner.key_start:inner.node.end] in merged
+    # Same trailing whitespace, same line endings, same indentation characters.
+    if text.strip():
+        assert _trailing(merged) == _trailing(text)
+    if '\r\n' in text:
+        assert '\n' not in merged.replace('\r\n', '')
+    if '\t' in text and '\n' in text.strip():
+        assert not re.search(r'^ +"', merged, re.M)
+    if root is not None and root.members and '\n' not in text.strip():
+        assert '\n' not in merged.strip(), 'a one-line file stays one line'
+    if text.startswith(dj.BOM):
+        assert merged.startswith(dj.BOM)
+    nvidia = (original.get('runtimes') or {}).get('nvidia')
+    if isinstance(nvidia, dict) and nvidia.get('args') and nvidia['args'] != params.get('runtime_args'):
+        assert any('"args": ' in w and 'dockerd ignores' in w for w in warnings)
+    else:
+        assert warnings == []
+
+
+@pytest.mark.parametrize('params_name', sorted(PARAM_SETS))
+@pytest.mark.parametrize('name', GOOD)
+def test_corpus_idempotent(name, params_name):
+    params = PARAM_SETS[params_name]
+    once, unused = dj.merge_text(read('good', name), name, **params)
+    twice, unused = dj.merge_text(once, name, **params)
+    assert twice == once
+
+
+@pytest.mark.parametrize('name', GOOD)
+def test_corpus_absent(name):
+    text = read('good', name)
+    original = load(text)
+    removed, unused = dj.merge_text(text, name, state='absent')
+    assert dj.same_value(load(removed), _expected(original, {}, state='absent'))
+    again, unused = dj.merge_text(removed, name, state='absent')
+    assert again == removed
+    if 'nvidia' not in (original.get('runtimes') or {}) and original.get('default-runtime') != 'nvidia':
+        assert removed == text, 'nothing to remove: byte-identical'
+
+
+@pytest.mark.parametrize('name', GOOD)
+def test_corpus_present_then_absent_keeps_user_data(name):
+    text = read('good', name)
+    original = load(text)
+    merged, unused = dj.merge_text(text, name, default_runtime=True)
+    removed, unused = dj.merge_text(merged, name, state='absent')
+    result = load(removed)
+    for key, value in original.items():
+        if key in ('runtimes', 'default-runtime'):
+            continue
+        assert dj.same_value(result[key], value)
+    for key, value in (original.get('runtimes') or {}).items():
+        if key != 'nvidia':
+            assert dj.same_value(result['runtimes'][key], value)
+    assert 'nvidia' not in result['runtimes']
+    assert 'default-runtime' not in result
+
+
+def test_unchanged_content_is_byte_identical():
+    text = read('good', '33-node-generic-resources.json')
+    merged, warnings = dj.merge_text(text, 'x', default_runtime=True, runtime_args=[])
+    assert merged is text or merged == text
+    assert warnings == []
+
+
+def test_new_file_layout():
+    merged, unused = dj.merge_text('', '/etc/docker/daemon.json')
+    assert merged == ('{\n    "runtimes": {\n        "nvidia": {\n            "path": "nvidia-container-runtime",\n'
+                      '            "runtimeArgs": []\n        }\n    }\n}\n')
+
+
+def test_two_space_insert_matches_neighbours():
+    text = '{\n  "debug": true\n}\n'
+    merged, unused = dj.merge_text(text, 'x', default_runtime=True)
+    assert merged == ('{\n  "debug": true,\n  "runtimes": {\n    "nvidia": {\n      "path": "nvidia-container-runtime",'
+                      '\n      "runtimeArgs": []\n    }\n  },\n  "default-runtime": "nvidia"\n}\n')
+
+
+def test_compact_insert():
+    merged, unused = dj.merge_text('{"debug":true}', 'x')
+    assert merged == '{"debug":true,"runtimes":{"nvidia":{"path":"nvidia-container-runtime","runtimeArgs":[]}}}'
+
+
+def test_numbers_round_trip_byte_exact():
+    text = read('good', '19-numbers-exotic.json')
+    merged, unused = dj.merge_text(text, 'x')
+    for raw in ('1.0e1', '1.0', '1e3', '123456789012345678901234567890', '-0.0', '1E-7'):
+        assert raw in merged
+
+
+def test_existing_runtime_path_replaced_in_place():
+    text = read('good', '26-nvidia-other-path-args.json')
+    merged, unused = dj.merge_text(text, 'x')
+    assert merged == text.replace('/usr/local/nvidia/toolkit/nvidia-container-runtime', 'nvidia-container-runtime')
+
+
+def test_runtime_args_none_keeps_existing_args():
+    text = read('good', '26-nvidia-other-path-args.json')
+    merged, unused = dj.merge_text(text, 'x', runtime_path='/usr/local/nvidia/toolkit/nvidia-container-runtime')
+    assert merged == text
+    merged, unused = dj.merge_text(text, 'x', runtime_path='/usr/local/nvidia/toolkit/nvidia-container-runtime',
+                                   runtime_args=[])
+    assert load(merged)['runtimes']['nvidia']['runtimeArgs'] == []
+
+
+def test_default_false_leaves_other_default_alone():
+    text = read('good', '11-other-runtimes-kata-crun.json')
+    merged, unused = dj.merge_text(text, 'x', default_runtime=False)
+    assert load(merged)['default-runtime'] == 'crun'
+    removed, unused = dj.merge_text(merged, 'x', state='absent')
+    assert load(removed)['default-runtime'] == 'crun'
+
+
+def test_default_false_removes_our_default():
+    text = read('good', '09-nvidia-ctk-default.json')
+    merged, unused = dj.merge_text(text, 'x', default_runtime=False)
+    assert 'default-runtime' not in load(merged)
+
+
+def test_cdi_false_does_not_add_features():
+    text = '{\n  "debug": true\n}\n'
+    merged, unused = dj.merge_text(text, 'x', cdi=False)
+    assert 'features' not in load(merged)
+
+
+def test_absent_on_missing_file_stays_missing():
+    assert dj.merge_text('', 'x', state='absent')[0] == ''
+
+
+@pytest.mark.parametrize('name', BAD)
+def test_bad_input_fails_naming_file_and_problem(name, tmp_path):
+    path = os.path.join(FIXTURES, 'bad', name)
+    with pytest.raises(dj.DaemonJsonError) as excinfo:
+        exists, real, text = dj.read_config(path)
+        dj.merge_text(text, path)
+    message = str(excinfo.value)
+    assert path in message
+    assert BAD_EXPECTED[name] in message
+
+
+def test_invalid_utf8_fails_naming_file(tmp_path):
+    path = tmp_path / 'daemon.json'
+    path.write_bytes(b'{"labels": ["caf\xe9"]}\n')
+    with pytest.raises(dj.DaemonJsonError, match=r'%s: not valid UTF-8' % path):
+        dj.read_config(str(path))
+
+
+def test_corpus_has_crlf_and_bom_variants():
+    assert '\r\n' in read('good', '18-crlf-windows-editor.crlf.json')
+    assert read('good', '35-bom.bom.json').startswith(dj.BOM)
+
+
+def test_duplicate_key_message_is_explicit():
+    with pytest.raises(dj.DaemonJsonError, match=r'/etc/docker/daemon.json: duplicate key "debug"'):
+        dj.merge_text('{"debug": true, "debug": false}', '/etc/docker/daemon.json')
+
+
+def test_features_not_object_fails_when_cdi_set():
+    with pytest.raises(dj.DaemonJsonError, match=r'x.json: "features" must be a JSON object, found an array'):
+        dj.merge_text('{"features": []}', 'x.json', cdi=True)
+    assert dj.merge_text('{"features": []}', 'x.json')[0] != '{"features": []}'
+
+
+@pytest.mark.parametrize('name', dj.RESERVED_RUNTIMES)
+def test_reserved_names_refused(name):
+    with pytest.raises(dj.DaemonJsonError, match='reserved'):
+        dj.merge_text('{}', 'x.json', name=name)
+
+
+def test_style_detection():
+    style = dj.Style('{\n\t"a": {\n\t\t"b": 1\n\t}\n}', dj.parse_document('{\n\t"a": {\n\t\t"b": 1\n\t}\n}'))
+    assert style.unit == '\t' and not style.compact
+    text = '{"a" : 1 , "b" : 2}'
+    style = dj.Style(text, dj.parse_document(text))
+    assert style.compact and style.kv_sep == ' : ' and style.item_sep == ' , '
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_write_atomic_keeps_mode_and_follows_symlink(tmp_path):
+    target = tmp_path / 'real.json'
+    target.write_text('{}\n')
+    os.chmod(str(target), 0o600)
+    link = tmp_path / 'daemon.json'
+    os.symlink(str(target), str(link))
+    real = dj.resolve_path(str(link))
+    assert real == str(target)
+    dj.write_atomic(real, b'{"a": 1}\n')
+    assert os.path.islink(str(link))
+    assert target.read_text() == '{"a": 1}\n'
+    assert os.stat(str(target)).st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith('.tmp')] == []
+
+
+def test_dangling_symlink_refused(tmp_path):
+    link = tmp_path / 'daemon.json'
+    os.symlink(str(tmp_path / 'missing.json'), str(link))
+    with pytest.raises(dj.DaemonJsonError, match='does not exist'):
+        dj.resolve_path(str(link))
+
+
+def test_new_file_mode(tmp_path):
+    path = str(tmp_path / 'docker' / 'daemon.json')
+    dj.ensure_directory(path)
+    dj.write_atomic(path, b'{}\n')
+    assert os.stat(str(tmp_path / 'docker')).st_mode & 0o777 == 0o755
+    assert os.stat(path).st_mode & 0o777 == 0o644
+
+
+def test_directory_is_not_a_file(tmp_path):
+    with pytest.raises(dj.DaemonJsonError, match='not a regular file'):
+        dj.read_config(str(tmp_path))
+
+
+# ---------------------------------------------------------------- flags and comparison
+
+
+def test_flags_to_keys():
+    flags = dj.flags_to_keys(['-H', 'fd://', '--containerd=/run/containerd/containerd.sock', '--add-runtime',
+                              'nvidia=/usr/bin/nvidia-container-runtime', '--default-runtime=nvidia', '-D',
+                              '--config-file', '/etc/docker/daemon.json', '--log-opt', 'max-size=1m'])
+    assert flags['hosts'] == '-H fd://'
+    assert flags['runtimes'].startswith('--add-runtime')
+    assert flags['default-runtime'] == '--default-runtime=nvidia'
+    assert 'config-file' not in flags
+    assert 'log-opts' in flags and 'debug' in flags
+
+
+def test_flag_conflicts_fatal_only_for_what_we_introduce():
+    flags = dj.flags_to_keys(['--default-runtime', 'runc', '-H', 'fd://'])
+    fatal, pre = dj.flag_conflicts({'hosts': ['x']}, {'hosts': ['x'], 'default-runtime': 'nvidia'}, flags)
+    assert len(fatal) == 1 and 'default-runtime' in fatal[0]
+    assert len(pre) == 1 and 'hosts' in pre[0]
+
+
+INFO_PLAIN = {'Runtimes': {'runc': {'path': 'runc'}, 'io.containerd.runc.v2': {'path': 'runc'}},
+              'DefaultRuntime': 'runc'}
+INFO_NVIDIA = {'Runtimes': {'runc': {'path': 'runc'}, 'nvidia': {'path': 'nvidia-container-runtime'}},
+               'DefaultRuntime': 'nvidia'}
+
+
+def test_compare_running_addition_is_reloadable():
+    cfg = {'runtimes': {'nvidia': {'path': 'nvidia-container-runtime', 'runtimeArgs': []}}, 'default-runtime': 'nvidia'}
+    diffs, removals = dj.compare_running(cfg, INFO_PLAIN, 'nvidia', 'present')
+    assert len(diffs) == 2 and removals == []
+    assert dj.compare_running(cfg, INFO_NVIDIA, 'nvidia', 'present') == ([], [])
+
+
+def test_compare_running_removing_default_needs_restart():
+    cfg = {'runtimes': {'nvidia': {'path': 'nvidia-container-runtime'}}}
+    diffs, removals = dj.compare_running(cfg, INFO_NVIDIA, 'nvidia', 'present')
+    assert diffs and removals
+    diffs, removals = dj.compare_running({'runtimes': {}}, INFO_NVIDIA, 'nvidia', 'absent')
+    assert any('removed' in r for r in removals)
+
+
+def test_compare_running_args_differ():
+    cfg = {'runtimes': {'nvidia': {'path': 'nvidia-container-runtime', 'runtimeArgs': ['--debug']}},
+           'default-runtime': 'nvidia'}
+    diffs, removals = dj.compare_running(cfg, INFO_NVIDIA, 'nvidia', 'present')
+    assert len(diffs) == 1 and 'runtimeArgs' in diffs[0] and not removals
+
+
+def test_dockerd_error_picks_fatal_lines():
+    log = ('time="x" level=info msg="Starting up"\n'
+           'unable to configure the Docker daemon with file /etc/docker/daemon.json: the following directives '
+           'are specified both as a flag and in the configuration file: hosts\n')
+    assert 'both as a flag' in dj.dockerd_error(log)
+
+
+def test_compare_running_cdi_on_new_dockerd():
+    cfg = {'runtimes': {'nvidia': {'path': 'nvidia-container-runtime'}}, 'features': {'cdi': True}}
+    info = dict(INFO_PLAIN, Runtimes={'nvidia': {'path': 'nvidia-container-runtime'}}, CDISpecDirs=[])
+    diffs, removals = dj.compare_running(cfg, info, 'nvidia', 'present')
+    assert len(diffs) == 1 and 'CDI' in diffs[0] and not removals
+    info['CDISpecDirs'] = ['/etc/cdi', '/var/run/cdi']
+    assert dj.compare_running(cfg, info, 'nvidia', 'present') == ([], [])
