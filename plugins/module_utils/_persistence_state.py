@@ -86,12 +86,16 @@ def serialize(state):
 def load(path=DEFAULT_PATH):
     """Read the state file; a missing file is an empty state."""
     try:
-        with open(path, 'r') as handle:
-            text = handle.read()
+        with open(path, 'rb') as handle:
+            raw = handle.read()
     except IOError as exc:
         if exc.errno == errno.ENOENT:
             return empty_state()
         raise StateError('cannot read %s: %s' % (path, exc.strerror))
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as exc:
+        raise StateError('%s is not UTF-8 text (%s); fix or remove it' % (path, exc))
     return parse(text, path)
 
 

@@ -128,3 +128,10 @@ def test_unreadable_state_names_the_file(tmp_path):
     path.mkdir()
     with pytest.raises(state.StateError, match=str(path)):
         state.load(str(path))
+
+
+def test_state_file_that_is_not_utf8_is_a_clear_error(tmp_path):
+    path = tmp_path / 'persistence.json'
+    path.write_bytes(b'{"format_version": 1, "gpus": {"GPU-\xe9": {"mode": "enabled"}}}')
+    with pytest.raises(state.StateError, match='is not UTF-8 text'):
+        state.load(str(path))
