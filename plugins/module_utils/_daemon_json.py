@@ -806,8 +806,12 @@ class InitSystemDockerd(object):
     """
 
     def __init__(self, run_command, init_system, tools=None, service='docker', pidfiles=DEFAULT_PIDFILES,
-                 socket_path=None):
+                 socket_path=None, upstart_job_dir='/etc/init'):
         self.run_command = run_command
+        if init_system == 'upstart' and not os.path.exists(os.path.join(upstart_job_dir, service + '.conf')):
+            # No Upstart job: Upstart runs the SysV script through its rc job, so manage it as SysV does
+            # (what Ubuntu's "service" command does on Upstart hosts).
+            init_system = 'sysvinit'
         self.init_system = init_system
         self.tools = tools or {}
         self.service = service
@@ -1229,7 +1233,13 @@ def _apply(request, service, api, action, result, previous_text, real, mover, af
     pid_before = result['dockerd_pid_before']
     matches = _matches(after_cfg, name, state, flags)
     if action == 'reload':
-        service.reload()
+        try:
+            service.reload()
+        except DaemonJsonError as exc:
+            # Nothing reached dockerd: put the file back so it still describes what dockerd runs.
+            _restore(real, previous_text, mover)
+            raise DaemonJsonError('%s: %s. The previous file was restored; dockerd keeps running its previous '
+                                  'configuration.' % (request.path, exc))
         info, error = wait_for(api, matches, min(timeout, reload_wait), poll)
         if info is not None and matches(info):
             return info

@@ -37,9 +37,10 @@ def test_systemd_reload_and_restart():
                          ['/usr/bin/systemctl', 'restart', 'docker']]
 
 
-def test_upstart_reload_and_restart_falls_back_to_start():
+def test_upstart_reload_and_restart_falls_back_to_start(tmp_path):
+    (tmp_path / 'docker.conf').write_text('exec /usr/bin/dockerd\n')
     run = Recorder({('restart', 'docker'): (1, '', 'initctl: Unknown instance:')})
-    service = dj.InitSystemDockerd(run, 'upstart', TOOLS)
+    service = dj.InitSystemDockerd(run, 'upstart', TOOLS, upstart_job_dir=str(tmp_path))
     service.reload()
     service.restart()
     assert run.calls == [['/sbin/initctl', 'reload', 'docker'], ['/sbin/initctl', 'restart', 'docker'],
@@ -55,6 +56,18 @@ def test_sysvinit_reload_signals_pid_and_restart_uses_service(monkeypatch):
     service.reload()
     service.restart()
     assert sent == [(777, signal.SIGHUP)]
+    assert run.calls == [['/usr/sbin/service', 'docker', 'restart']]
+
+
+def test_upstart_host_without_docker_job_manages_the_sysv_script(tmp_path, monkeypatch):
+    sent = []
+    monkeypatch.setattr(dj.os, 'kill', lambda pid, signum: sent.append((pid, signum)))
+    run = Recorder()
+    service = dj.InitSystemDockerd(run, 'upstart', TOOLS, upstart_job_dir=str(tmp_path))
+    monkeypatch.setattr(service, 'pid', lambda: 778)
+    service.reload()
+    service.restart()
+    assert sent == [(778, signal.SIGHUP)]
     assert run.calls == [['/usr/sbin/service', 'docker', 'restart']]
 
 

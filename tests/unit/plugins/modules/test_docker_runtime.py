@@ -131,6 +131,25 @@ def test_first_run_reloads_and_returns_everything(run_module, tmp_path):
     assert not again['changed'] and again['action'] == 'none' and dockerd.calls == []
 
 
+def test_a_reload_command_that_fails_restores_the_file(run_module, tmp_path):
+    path = str(tmp_path / 'daemon.json')
+    original = '{\n  "log-driver": "local"\n}\n'
+    with open(path, 'w') as handle:
+        handle.write(original)
+    dockerd = FakeDockerd()
+
+    def broken_reload():
+        dockerd.calls.append('reload')
+        raise dj.DaemonJsonError('reloading dockerd failed (rc=1, `initctl reload docker`): Unknown job: docker')
+
+    dockerd.reload = broken_reload
+    out = run_module({'path': path}, dockerd)
+    assert out.failed
+    assert 'Unknown job: docker' in out.result['msg'] and 'previous file was restored' in out.result['msg']
+    assert open(path).read() == original
+    assert dockerd.calls == ['reload'] and dockerd.pid_value == 4242
+
+
 def test_check_mode_predicts_without_touching(run_module, tmp_path):
     path = str(tmp_path / 'daemon.json')
     dockerd = FakeDockerd()
