@@ -23,6 +23,18 @@ attributes:
       - This assumes that the system controlled/queried by the module has not changed in a relevant way.
 '''
 
+    # A module that changes state, predicts it in check mode, shows it in diff mode and converges in one run.
+    FULL = r'''
+options: {}
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+'''
+
     INFO_MODULE = r'''
 options: {}
 attributes:

@@ -25,8 +25,23 @@ __metaclass__ = type
 import os
 import platform
 import re
+import traceback
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+
+try:
+    import pynvml
+    PYNVML_IMPORT_ERROR = None
+except ImportError:
+    pynvml = None
+    PYNVML_IMPORT_ERROR = traceback.format_exc()
+
+# The options of doc fragment gpufleet.nvidia.gpu_access, shared by gpu_info and gpu_persistence.
+ACCESS_ARGUMENT_SPEC = dict(
+    backend=dict(type='str', default='auto', choices=['auto', 'rpc', 'nvml']),
+    socket_path=dict(type='path', default=rpc.DEFAULT_SOCKET_PATH),
+    timeout=dict(type='float', default=rpc.DEFAULT_TIMEOUT),
+)
 
 PROC_GPUS = '/proc/driver/nvidia/gpus'
 PROC_VERSION = '/proc/driver/nvidia/version'
@@ -305,7 +320,27 @@ class MissingPynvml(Exception):
     """The NVML path is needed and nvidia-ml-py is not installed."""
 
 
-def choose_backend(backend, socket_path, timeout, load_pynvml):
+def open_backend(module, purpose):
+    """choose_backend() for a module: fails the module with a clear message."""
+    params = module.params
+    try:
+        return choose_backend(params['backend'], params['socket_path'], params['timeout'])
+    except MissingPynvml:
+        from ansible.module_utils.basic import missing_required_lib
+        module.fail_json(msg=missing_required_lib('nvidia-ml-py', reason='%s when no persistence daemon answers on %s'
+                                                  % (purpose, params['socket_path'])),
+                         exception=PYNVML_IMPORT_ERROR)
+    except GpuError as exc:
+        module.fail_json(msg=str(exc))
+
+
+def load_pynvml():
+    if pynvml is None:
+        raise ImportError(PYNVML_IMPORT_ERROR)
+    return pynvml
+
+
+def choose_backend(backend, socket_path, timeout, load_pynvml=load_pynvml):
     """The backend to use: ``rpc`` when a daemon answers (``auto``), else ``nvml``.
 
     ``load_pynvml()`` returns the pynvml module or raises ImportError.

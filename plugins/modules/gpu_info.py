@@ -22,26 +22,9 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.gpu_access
   - gpufleet.nvidia.attributes.INFO_MODULE
-options:
-  backend:
-    description:
-      - How to reach the GPUs. V(auto) uses the daemon's RPC when it answers and NVML otherwise.
-    type: str
-    choices: [auto, rpc, nvml]
-    default: auto
-  socket_path:
-    description: The persistence daemon's RPC socket.
-    type: path
-    default: /var/run/nvidia-persistenced/socket
-  timeout:
-    description: Seconds to wait for each answer of the daemon.
-    type: float
-    default: 5.0
-requirements:
-  - nvidia-ml-py (C(pynvml)) on the managed host, only when no persistence daemon runs or O(backend=nvml).
-notes:
-  - GPU indexes follow PCI bus order, as NVML's do.
+options: {}
 seealso:
   - module: gpufleet.nvidia.gpu_persistence
 '''
@@ -135,48 +118,23 @@ backend:
 '''
 
 import os
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
 
-try:
-    import pynvml  # noqa: F401  (probed here so the import sanity test sees a guarded import)
-    PYNVML_IMPORT_ERROR = None
-except ImportError:
-    PYNVML_IMPORT_ERROR = traceback.format_exc()
-
-
-def load_pynvml():
-    if PYNVML_IMPORT_ERROR:
-        raise ImportError(PYNVML_IMPORT_ERROR)
-    return pynvml
-
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            backend=dict(type='str', default='auto', choices=['auto', 'rpc', 'nvml']),
-            socket_path=dict(type='path', default='/var/run/nvidia-persistenced/socket'),
-            timeout=dict(type='float', default=5.0),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
+    module = AnsibleModule(argument_spec=dict(_gpu.ACCESS_ARGUMENT_SPEC), supports_check_mode=True)
+    backend, answers = _gpu.open_backend(module, 'to read GPUs through NVML')
     try:
-        backend, answers = _gpu.choose_backend(params['backend'], params['socket_path'], params['timeout'], load_pynvml)
         with backend:
             gpus = backend.gpus()
             for gpu in gpus:
                 gpu['persistence_mode'] = backend.get_mode(gpu)
-    except _gpu.MissingPynvml:
-        module.fail_json(msg=missing_required_lib(
-            'nvidia-ml-py', reason='to read GPUs through NVML when no persistence daemon answers on %s'
-            % params['socket_path']), exception=PYNVML_IMPORT_ERROR)
     except _gpu.GpuError as exc:
         module.fail_json(msg=str(exc))
-    daemon = _gpu.daemon_identity(os.path.dirname(params['socket_path']))
+    daemon = _gpu.daemon_identity(os.path.dirname(module.params['socket_path']))
     daemon['answers'] = answers
     module.exit_json(changed=False, gpus=gpus, count=len(gpus), driver_version=_gpu.read_driver_version(),
                      daemon=daemon, backend=backend.name)

@@ -26,13 +26,8 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  idempotent:
-    support: full
+  - gpufleet.nvidia.attributes.FULL
+  - gpufleet.nvidia.gpu_access
 options:
   gpus:
     description:
@@ -69,21 +64,6 @@ options:
     description: The per-GPU state file shared with the persistence daemon.
     type: path
     default: /var/lib/gpufleet/persistence.json
-  backend:
-    description: How to reach the GPUs. V(auto) uses the daemon's RPC when it answers and NVML otherwise.
-    type: str
-    choices: [auto, rpc, nvml]
-    default: auto
-  socket_path:
-    description: The persistence daemon's RPC socket.
-    type: path
-    default: /var/run/nvidia-persistenced/socket
-  timeout:
-    description: Seconds to wait for each answer of the daemon.
-    type: float
-    default: 5.0
-requirements:
-  - nvidia-ml-py (C(pynvml)) on the managed host, only when no persistence daemon runs or O(backend=nvml).
 notes:
   - Changing persistence mode needs root (C(become=true)); NVIDIA's daemon 555 and newer, and the bundled daemon,
     refuse other users.
@@ -177,24 +157,11 @@ state_file:
 '''
 
 import os
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
-
-try:
-    import pynvml  # noqa: F401
-    PYNVML_IMPORT_ERROR = None
-except ImportError:
-    PYNVML_IMPORT_ERROR = traceback.format_exc()
-
-
-def load_pynvml():
-    if PYNVML_IMPORT_ERROR:
-        raise ImportError(PYNVML_IMPORT_ERROR)
-    return pynvml
 
 
 def modes_text(report, key):
@@ -211,20 +178,19 @@ def recorded_modes(report, params):
 
 
 def main():
+    argument_spec = dict(
+        gpus=dict(type='list', elements='raw', default=['all']),
+        mode=dict(type='str', choices=['enabled', 'disabled']),
+        modes=dict(type='list', elements='dict', options=dict(
+            gpu=dict(type='raw', required=True),
+            mode=dict(type='str', required=True, choices=['enabled', 'disabled']),
+        )),
+        persist=dict(type='bool', default=True),
+        state_file=dict(type='path', default=state.DEFAULT_PATH),
+    )
+    argument_spec.update(_gpu.ACCESS_ARGUMENT_SPEC)
     module = AnsibleModule(
-        argument_spec=dict(
-            gpus=dict(type='list', elements='raw', default=['all']),
-            mode=dict(type='str', choices=['enabled', 'disabled']),
-            modes=dict(type='list', elements='dict', options=dict(
-                gpu=dict(type='raw', required=True),
-                mode=dict(type='str', required=True, choices=['enabled', 'disabled']),
-            )),
-            persist=dict(type='bool', default=True),
-            state_file=dict(type='path', default=state.DEFAULT_PATH),
-            backend=dict(type='str', default='auto', choices=['auto', 'rpc', 'nvml']),
-            socket_path=dict(type='path', default='/var/run/nvidia-persistenced/socket'),
-            timeout=dict(type='float', default=5.0),
-        ),
+        argument_spec=argument_spec,
         mutually_exclusive=[['mode', 'modes']],
         required_one_of=[['mode', 'modes']],
         supports_check_mode=True,
@@ -232,15 +198,7 @@ def main():
     params = module.params
     if params['modes'] is not None and params['gpus'] != ['all']:
         module.fail_json(msg='gpus and modes are mutually exclusive: name each GPU in modes')
-
-    try:
-        backend, answers = _gpu.choose_backend(params['backend'], params['socket_path'], params['timeout'], load_pynvml)
-    except _gpu.MissingPynvml:
-        module.fail_json(msg=missing_required_lib(
-            'nvidia-ml-py', reason='to set persistence through NVML when no persistence daemon answers on %s'
-            % params['socket_path']), exception=PYNVML_IMPORT_ERROR)
-    except _gpu.GpuError as exc:
-        module.fail_json(msg=str(exc))
+    backend, unused_answers = _gpu.open_backend(module, 'to set persistence through NVML')
 
     # Plan first (check mode), so a bad state file fails before any GPU changes.
     try:

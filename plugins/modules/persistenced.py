@@ -30,13 +30,8 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.attributes.FULL
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  idempotent:
-    support: full
   action:
     support: full
     description: An action plugin hands the bundled daemon's text from the collection to the module.
