@@ -1,0 +1,78 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""persistenced's refusals, run in-process on this machine: each fails before touching anything.
+
+(The deployments themselves run on the lab's systemd, sysvinit and Upstart hosts: molecule/persistenced.)
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpufleet.nvidia.plugins.modules import persistenced
+
+SOURCE = '#!/usr/bin/env python\nprint("daemon")\n'
+
+
+def run_module(capsys, args):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            persistenced.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_no_init_system_recognised(capsys, monkeypatch):
+    real_detect = persistenced._init_system.detect
+
+    def container(root, run_command):
+        found = real_detect(root, run_command)
+        found.update(init_system='unknown', reason='PID 1 is tini, a container entrypoint, not an init system')
+        return found
+
+    monkeypatch.setattr(persistenced._init_system, 'detect', container)
+    rc, result = run_module(capsys, {'bundled_source': SOURCE})
+    assert rc == 1
+    assert 'no init system recognised' in result['msg'] and 'set init_system' in result['msg']
+    assert os.uname()[1] in result['msg']
+
+
+def test_missing_driver_daemon_fails_before_any_change(capsys, tmp_path):
+    missing = str(tmp_path / 'nvidia-persistenced')
+    rc, result = run_module(capsys, {'bundled_source': SOURCE, 'init_system': 'systemd', 'daemon': 'driver',
+                                     'driver_path': missing, 'user': 'root'})
+    assert rc == 1
+    assert "NVIDIA's daemon %s is missing" % missing in result['msg'] and 'daemon: bundled' in result['msg']
+    assert result['actions'] == []
+
+
+def test_existing_user_with_another_primary_group_is_an_error(capsys):
+    # "nobody" exists on Debian with primary group "nogroup"
+    rc, result = run_module(capsys, {'bundled_source': SOURCE, 'init_system': 'sysvinit', 'user': 'nobody',
+                                     'group': 'root'})
+    assert rc == 1
+    assert 'user nobody exists with primary group nogroup, not root' in result['msg']
+    assert 'allow_other_primary_group' in result['msg']
+
+
+def test_missing_user_without_create_user(capsys):
+    rc, result = run_module(capsys, {'bundled_source': SOURCE, 'init_system': 'sysvinit',
+                                     'user': 'gpufleet-no-such-user', 'create_user': False})
+    assert rc == 1 and 'does not exist and create_user is false' in result['msg']
+
+
+def test_unsafe_extra_args_are_refused(capsys):
+    rc, result = run_module(capsys, {'bundled_source': SOURCE, 'init_system': 'systemd',
+                                     'extra_args': ['--verbose; rm -rf /']})
+    assert rc == 1 and 'unsafe in a service definition' in result['msg']
+
+
+def test_called_without_the_action_plugin(capsys):
+    rc, result = run_module(capsys, {'init_system': 'systemd'})
+    assert rc == 1 and 'action plugin' in result['msg']
