@@ -4,15 +4,17 @@
 """Action plugin for gpufleet.nvidia.persistenced.
 
 Reads the bundled daemon (files/gpufleet-persistenced) from the collection on
-the controller and hands its text to the module in the same task, so the host
-gets it in the module's one round trip (no separate copy task).
+the controller and hands its text, compressed, to the module in the same task,
+so the host gets it in the module's one round trip (no separate copy task).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import os
+import zlib
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -33,8 +35,9 @@ class ActionModule(ActionBase):
         if 'bundled_source' in args:
             raise AnsibleActionFail('bundled_source is internal to gpufleet.nvidia.persistenced; do not set it')
         try:
-            with open(BUNDLED, 'r') as handle:
-                args['bundled_source'] = handle.read()
+            with open(BUNDLED, 'rb') as handle:
+                # compressed: a quarter of the size on the wire, on every run of every host
+                args['bundled_source'] = 'zlib+base64:' + base64.b64encode(zlib.compress(handle.read(), 9)).decode('ascii')
         except (IOError, OSError) as exc:
             raise AnsibleActionFail('cannot read the bundled daemon %s from the collection: %s' % (BUNDLED, exc))
         result.update(self._execute_module(module_name='gpufleet.nvidia.persistenced', module_args=args,

@@ -1069,16 +1069,25 @@ def wait_for(api, predicate, timeout, poll=0.2, alive=None, grace=8.0):
 
 
 def converge(request, service, api, check_mode=False, backup=None, mover=None, validator=None,
-             poll=0.2, reload_wait=5.0, option_keys=None):
+             poll=0.2, reload_wait=5.0, option_keys=None, dockerd_checks=None):
     """Bring the file, then the running dockerd, to ``request``.
 
     ``service``: see InitSystemDockerd. ``api``: a DockerAPI. ``backup(path)``
     returns a backup file name. ``validator(text) -> error or None`` checks a
     candidate config with dockerd itself (``dockerd --validate``).
     ``option_keys``: the keys the installed dockerd accepts (``option_keys_from_help``),
-    used when it has no ``--validate``.
+    used when it has no ``--validate``. ``dockerd_checks() -> (validator, option_keys)``
+    supplies both instead, and is only called when the file or dockerd must change:
+    asking dockerd (``dockerd --help``) costs a process start that a no-op run skips.
     Raises DaemonJsonError; the file is then as it was (or restored).
     """
+    checks = {}
+
+    def dockerd_knows():
+        if not checks:
+            checks['found'] = dockerd_checks() if dockerd_checks is not None else (validator, option_keys)
+        return checks['found']
+
     path = request.path
     result = Result(path)
     warnings = result['warnings'] = []
@@ -1120,8 +1129,8 @@ def converge(request, service, api, check_mode=False, backup=None, mover=None, v
         if preexisting:
             warnings.append('%s: %s: dockerd refuses keys set both as a flag and in the file.'
                             % (path, ', '.join(preexisting)))
-        if file_changed and validator is not None:
-            problem = validator(after_text)
+        if file_changed and dockerd_knows()[0] is not None:
+            problem = dockerd_knows()[0](after_text)
             if problem:
                 raise DaemonJsonError('%s: dockerd --validate rejects the merged configuration, the file was left '
                                       'untouched: %s' % (path, problem))
@@ -1154,7 +1163,10 @@ def converge(request, service, api, check_mode=False, backup=None, mover=None, v
         result['action'] = action
         if action in ('reload', 'restart'):
             result['changed'] = True
-        unknown = unknown_keys(after_cfg, option_keys) if validator is None else []
+        unknown = []
+        if file_changed or action in ('reload', 'restart'):
+            known_validator, known_keys = dockerd_knows()
+            unknown = unknown_keys(after_cfg, known_keys) if known_validator is None else []
         if unknown and action in ('reload', 'restart'):
             raise DaemonJsonError(
                 '%s: dockerd would refuse this file: %s %s not a dockerd option (per the installed dockerd --help), '

@@ -14,8 +14,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import os
 import re
+import zlib
 
 try:
     from shlex import quote as sh_quote
@@ -294,7 +296,15 @@ def is_ours(text):
 
 
 def bundled_script(source, python):
-    """The bundled daemon with its shebang pointing at the host's Python."""
+    """The bundled daemon with its shebang pointing at the host's Python.
+
+    ``source`` is its text, or ``zlib+base64:...`` as the action plugin sends it.
+    """
+    if source.startswith('zlib+base64:'):
+        try:
+            source = zlib.decompress(base64.b64decode(source[len('zlib+base64:'):])).decode('utf-8')
+        except (ValueError, TypeError, zlib.error) as exc:
+            raise ConfigError('the bundled daemon sent by the action plugin is damaged: %s' % exc)
     first, sep, rest = source.partition('\n')
     if not first.startswith('#!'):
         raise ConfigError('the bundled daemon source has no shebang line')

@@ -279,10 +279,14 @@ def main():
         path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
         runtime_args=params['runtime_args'], default_runtime=params['default_runtime'], cdi=params['cdi'],
         state=params['state'], apply=params['apply'], timeout=params['timeout'])
-    dockerd_path = module.get_bin_path('dockerd')
-    help_text = daemon_json.dockerd_help(run_command, dockerd_path)
-    validator = daemon_json.dockerd_validator(run_command, dockerd_path, help_text=help_text)
-    option_keys = daemon_json.option_keys_from_help(help_text)
+
+    def dockerd_checks():
+        dockerd_path = module.get_bin_path('dockerd')
+        help_text = daemon_json.dockerd_help(run_command, dockerd_path)
+        if help_text is None:  # no dockerd here, or one too old to say: nothing to check against
+            return None, None
+        return (daemon_json.dockerd_validator(run_command, dockerd_path, help_text=help_text),
+                daemon_json.option_keys_from_help(help_text))
 
     def mover(src, dest):
         module.atomic_move(src, dest, unsafe_writes=False)
@@ -290,8 +294,7 @@ def main():
     try:
         result = daemon_json.converge(
             request, service, api, check_mode=module.check_mode,
-            backup=module.backup_local if params['backup'] else None, mover=mover, validator=validator,
-            option_keys=option_keys)
+            backup=module.backup_local if params['backup'] else None, mover=mover, dockerd_checks=dockerd_checks)
     except daemon_json.DaemonJsonError as exc:
         module.fail_json(msg=str(exc), path=params['path'])
 

@@ -126,7 +126,8 @@ options:
   bundled_source:
     description:
       - Set by the module's action plugin, which reads the bundled daemon from the collection's C(files/) on the
-        controller so the host receives it in the same round trip. Do not set it; the action plugin refuses it.
+        controller and sends it compressed, so the host receives it in the same round trip. Do not set it; the
+        action plugin refuses it.
     type: str
 notes:
   - Needs root (C(become=true)).

@@ -6,8 +6,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import os
 import shutil
+import zlib
 import subprocess
 
 import pytest
@@ -120,6 +122,10 @@ def test_upstart_job_stanzas():
 def test_bundled_script_gets_the_hosts_python():
     source = '#!/usr/bin/env python\nprint(1)\n'
     assert pd.bundled_script(source, '/usr/bin/python3') == '#!/usr/bin/python3\nprint(1)\n'
+    packed = 'zlib+base64:' + base64.b64encode(zlib.compress(source.encode())).decode()
+    assert pd.bundled_script(packed, '/usr/bin/python3') == '#!/usr/bin/python3\nprint(1)\n'
+    with pytest.raises(pd.ConfigError, match='damaged'):
+        pd.bundled_script('zlib+base64:bm90IHpsaWI=', '/usr/bin/python3')
     with pytest.raises(pd.ConfigError):
         pd.bundled_script('print(1)\n', '/usr/bin/python3')
 

@@ -131,6 +131,24 @@ def test_first_run_reloads_and_returns_everything(run_module, tmp_path):
     assert not again['changed'] and again['action'] == 'none' and dockerd.calls == []
 
 
+def test_a_no_op_run_does_not_start_dockerd_for_its_help(run_module, tmp_path, monkeypatch):
+    asked = []
+
+    def dockerd_help(*args):
+        asked.append(args)
+        return HELP_20_10['text']
+
+    monkeypatch.setattr(docker_runtime.daemon_json, 'dockerd_help', dockerd_help)
+    path = str(tmp_path / 'daemon.json')
+    with open(path, 'w') as handle:
+        handle.write('{}\n')
+    dockerd = FakeDockerd()
+    assert run_module({'path': path}, dockerd).result['action'] == 'reload'
+    assert len(asked) == 1  # the change was checked against dockerd's options
+    assert run_module({'path': path}, dockerd).result['action'] == 'none'
+    assert len(asked) == 1  # the no-op run did not ask
+
+
 def test_a_reload_command_that_fails_restores_the_file(run_module, tmp_path):
     path = str(tmp_path / 'daemon.json')
     original = '{\n  "log-driver": "local"\n}\n'

@@ -1,0 +1,37 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpu_node validates its inner roles' options itself: its spec must hold every one of them, unchanged."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+from importlib.machinery import SourceFileLoader
+from importlib.util import module_from_spec, spec_from_loader
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load(role):
+    with open(os.path.join(ROOT, 'roles', role, 'meta', 'argument_specs.yml')) as handle:
+        return yaml.safe_load(handle)['argument_specs']['main']
+
+
+def test_gpu_node_spec_matches_its_generator():
+    loader = SourceFileLoader('sync_gpu_node_spec', os.path.join(ROOT, 'scripts', 'sync-gpu-node-spec'))
+    module = module_from_spec(spec_from_loader('sync_gpu_node_spec', loader))
+    loader.exec_module(module)
+    assert load('gpu_node') == module.build()['argument_specs']['main'], 'run scripts/sync-gpu-node-spec'
+
+
+def test_every_inner_option_is_validated_by_gpu_node():
+    node = load('gpu_node')['options']
+    for role in ('persistenced', 'gpu_persistence', 'container_runtime'):
+        for name, option in load(role)['options'].items():
+            assert node.get(name) == option, '%s.%s differs in gpu_node; run scripts/sync-gpu-node-spec' % (role, name)
+    with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'main.yml')) as handle:
+        tasks = yaml.safe_load(handle)
+    assert [t['ansible.builtin.import_role'].get('rolespec_validate') for t in tasks] == [False, False, False]
