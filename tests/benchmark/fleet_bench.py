@@ -1,0 +1,542 @@
+#!/usr/bin/env python3
+"""Benchmark: playbooks/site.yml vs a conventional task-per-step baseline on lab fleets.
+
+For each fleet size (default 4, 16 and 32 hosts, init-system kinds handed out in turn), the
+benchmark brings up a fresh lab fleet (tests/lab) for each playbook, starts a canary container
+on every host and installs the baseline's nvidia-smi stand-in (outside the timed runs), then runs
+the playbook twice (first converge, then the no-op re-run) with the same Ansible settings for
+both: forks = fleet size (capped), pipelining on, the lab's inventory. Measured per run:
+
+* wall time of ansible-playbook, and the machine's CPU seconds (controller and lab hosts share
+  this machine, so /proc/stat's busy time is the whole cost of the run);
+* module invocations per host (callback_plugins/bench_count.py: task results that ran a module
+  on the host, loop items one by one) and SSH round trips per host (ssh/sftp/scp processes the
+  connection plugin started, counted by a logging wrapper);
+* tasks reported changed;
+* dockerd restarts (new "Daemon has completed initialization" lines in dockerd's log: journald
+  on systemd hosts, /var/log/docker.log on SysV ones) and reloads (new "Got signal to reload
+  configuration" lines), dockerd pid changes;
+* hosts whose canary container is no longer running, hosts where dockerd lists the nvidia runtime,
+  hosts where a persistence daemon runs.
+
+It prints a table and writes docs/benchmark/results.md, results.json and fleet.png. It is a
+measurement, not a test: it exits 0 unless a run could not be measured (or --strict and a target
+is missed). Run as root from the repository root, with the lab built (tests/lab/README.md):
+
+    .venv/bin/python tests/benchmark/fleet_bench.py [--sizes 4,16,32] [--gpus 4]
+
+The lab is taken down before each fleet and after the last one.
+"""
+
+import argparse
+import base64
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.join(ROOT, "tests", "benchmark")
+VENV_BIN = os.path.join(ROOT, ".venv", "bin")
+LAB = [os.path.join(VENV_BIN, "python"), os.path.join(ROOT, "tests", "lab", "lab")]
+INVENTORY = os.path.join(ROOT, ".cache", "lab", "inventory.yml")
+PLAYBOOKS = {
+    "site.yml": os.path.join(ROOT, "playbooks", "site.yml"),
+    "baseline": os.path.join(HERE, "baseline", "site.yml"),
+}
+STAND_IN = os.path.join(HERE, "baseline", "files", "nvidia-smi")
+
+# What molecule/site/prepare.yml does, plus the baseline's nvidia-smi stand-in (the driver
+# package would have installed nvidia-smi on a real host, so it is not part of the timed runs).
+PREPARE = """set -eu
+base64 -d > /usr/local/bin/nvidia-smi <<'B64'
+{stand_in}
+B64
+chmod 0755 /usr/local/bin/nvidia-smi
+dir=$(mktemp -d)
+mkdir -p "$dir/root/bin"
+cp /bin/busybox "$dir/root/bin/busybox"
+tar -C "$dir/root" -cf "$dir/rootfs.tar" .
+docker import "$dir/rootfs.tar" gpufleet/busybox:lab > /dev/null
+rm -rf "$dir"
+docker rm -f gpufleet-canary > /dev/null 2>&1 || true
+docker run -d --name gpufleet-canary --network none gpufleet/busybox:lab /bin/busybox sleep 1000000 > /dev/null
+"""
+
+PROBE = r"""
+if [ -d /run/systemd/system ]; then journalctl --sync 2>/dev/null; log=$(journalctl -u docker -o cat --no-pager 2>/dev/null)
+else log=$(cat /var/log/docker.log 2>/dev/null); fi
+echo "pid=$(pidof dockerd || true)"
+echo "starts=$(printf '%s\n' "$log" | grep -c 'Daemon has completed initialization')"
+echo "reloads=$(printf '%s\n' "$log" | grep -c 'Got signal to reload configuration')"
+echo "canary=$(docker inspect -f '{{.State.Running}}' gpufleet-canary 2>/dev/null || echo missing)"
+echo "runtimes=$(docker info -f '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null)"
+p=$(cat /var/run/nvidia-persistenced/nvidia-persistenced.pid 2>/dev/null || true)
+if [ -n "$p" ] && [ -d "/proc/$p" ]; then echo "persistenced=$p"; else echo "persistenced="; fi
+"""
+
+COUNTER = """#!/bin/sh
+printf '%s %s\\n' "{tool}" "$*" >> "$BENCH_SSH_LOG"
+exec {real} "$@"
+"""
+
+ANSIBLE_CFG = """[defaults]
+inventory = {inventory}
+forks = {forks}
+host_key_checking = True
+callbacks_enabled = bench_count
+callback_plugins = {callbacks}
+collections_path = {collections}
+retry_files_enabled = False
+nocolor = True
+
+[ssh_connection]
+pipelining = True
+ssh_executable = {bin}/ssh
+sftp_executable = {bin}/sftp
+scp_executable = {bin}/scp
+control_path_dir = {cp}
+"""
+
+
+def log(msg):
+    sys.stderr.write("[%s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def run_lab(*args):
+    started = time.monotonic()
+    proc = subprocess.run(LAB + list(args), cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError("lab %s failed (rc %d): %s" % (" ".join(args), proc.returncode, proc.stderr[-2000:]))
+    return time.monotonic() - started
+
+
+def load_inventory():
+    with open(INVENTORY) as handle:
+        inv = yaml.safe_load(handle)
+    group = inv["all"]["children"]["gpu_nodes"]
+    hosts = {name: {"ip": h["ansible_host"], "kind": h["lab_kind"], "gpus": len(h["lab_gpus"])}
+             for name, h in group["hosts"].items()}
+    return hosts, group["vars"]
+
+
+def ssh(ip, hostvars, script):
+    cmd = ["ssh", "-i", hostvars["ansible_ssh_private_key_file"], "-o", "BatchMode=yes",
+           "-o", "ConnectTimeout=20", "-o", "ControlMaster=no"]
+    cmd += hostvars["ansible_ssh_common_args"].split()
+    cmd += ["root@" + ip, "sh -s"]
+    proc = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=300)
+    if proc.returncode:
+        raise RuntimeError("ssh %s failed (rc %d): %s" % (ip, proc.returncode, proc.stderr[-1000:]))
+    return proc.stdout
+
+
+def on_all(hosts, hostvars, script):
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        futures = {name: pool.submit(ssh, h["ip"], hostvars, script) for name, h in hosts.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def probe(hosts, hostvars):
+    out = {}
+    for name, text in on_all(hosts, hostvars, PROBE).items():
+        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        out[name] = {"pid": fields.get("pid", ""), "starts": int(fields.get("starts") or 0),
+                     "reloads": int(fields.get("reloads") or 0), "canary": fields.get("canary", ""),
+                     "runtimes": fields.get("runtimes", "").split(),
+                     "persistenced": fields.get("persistenced", "")}
+    return out
+
+
+def settle(limit=30.0, busy_below=0.15):
+    """Wait (at most ``limit`` s) until the machine is nearly idle: freshly booted hosts are still busy."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        before = busy_cpu_seconds()
+        time.sleep(0.5)
+        if (busy_cpu_seconds() - before) / 0.5 / os.cpu_count() < busy_below:
+            return
+    log("the machine did not settle below %d%% busy in %d s" % (busy_below * 100, limit))
+
+
+def busy_cpu_seconds():
+    with open("/proc/stat") as handle:
+        fields = [int(x) for x in handle.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def count_round_trips(path, hosts):
+    ip_to_name = {h["ip"]: name for name, h in hosts.items()}
+    counts = {name: 0 for name in hosts}
+    if os.path.exists(path):
+        with open(path) as handle:
+            for line in handle:
+                if " -O " in line:  # control-master housekeeping, not a round trip
+                    continue
+                match = re.search(r"10\.250\.0\.\d+", line)
+                if match and match.group(0) in ip_to_name:
+                    counts[ip_to_name[match.group(0)]] += 1
+    return counts
+
+
+def write_tools(workdir, forks):
+    bindir = os.path.join(workdir, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    for tool in ("ssh", "sftp", "scp"):
+        path = os.path.join(bindir, tool)
+        with open(path, "w") as handle:
+            handle.write(COUNTER.format(tool=tool, real=shutil.which(tool) or "/usr/bin/" + tool))
+        os.chmod(path, 0o755)
+    cp_dir = os.path.join(workdir, "cp")
+    os.makedirs(cp_dir, exist_ok=True)
+    cfg = os.path.join(workdir, "ansible.cfg")
+    with open(cfg, "w") as handle:
+        handle.write(ANSIBLE_CFG.format(
+            inventory=INVENTORY, forks=forks, callbacks=os.path.join(HERE, "callback_plugins"),
+            collections=os.path.join(ROOT, ".build", "collections"), bin=bindir, cp=cp_dir))
+    return cfg, cp_dir
+
+
+def close_masters(cp_dir):
+    for name in os.listdir(cp_dir):
+        subprocess.run(["ssh", "-o", "ControlPath=" + os.path.join(cp_dir, name), "-O", "exit", "lab"],
+                       capture_output=True, timeout=30)
+
+
+def run_playbook(playbook, cfg, workdir, tag, hosts):
+    count_out = os.path.join(workdir, tag + ".count.json")
+    ssh_log = os.path.join(workdir, tag + ".ssh.log")
+    env = dict(os.environ, ANSIBLE_CONFIG=cfg, BENCH_COUNT_OUT=count_out, BENCH_SSH_LOG=ssh_log,
+               PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_FORCE_COLOR="0")
+    cpu0 = busy_cpu_seconds()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    with open(os.path.join(workdir, tag + ".log"), "w") as out:
+        proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), playbook], cwd=ROOT, env=env,
+                              stdout=out, stderr=subprocess.STDOUT)
+    wall = time.monotonic() - started
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = busy_cpu_seconds() - cpu0
+    counts = {"hosts": {}, "tasks": []}
+    if os.path.exists(count_out):
+        with open(count_out) as handle:
+            counts = json.load(handle)
+    trips = count_round_trips(ssh_log, hosts)
+    n = len(hosts)
+    per_host = counts["hosts"]
+    return {
+        "rc": proc.returncode, "wall": wall, "machine_cpu": cpu,
+        "controller_cpu": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+        "modules_per_host": sum(h["modules"] for h in per_host.values()) / n,
+        "round_trips_per_host": sum(trips.values()) / n,
+        "changed": sum(h["changed"] for h in per_host.values()),
+        "failed": sum(h["failed"] for h in per_host.values()),
+        "task_seconds_per_host": _task_means(per_host, n),
+        "tasks": counts["tasks"],
+    }
+
+
+def _task_means(per_host, n):
+    totals = {}
+    for data in per_host.values():
+        for task, secs in data["tasks"].items():
+            totals[task] = totals.get(task, 0.0) + secs
+    return {task: round(secs / n, 3) for task, secs in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
+def track(history, state):
+    """Per host, restarts so far: new start lines in dockerd's log, at least the new pids seen.
+
+    The pid floor covers a start line that reached the journal only after the probe (journald
+    lags on a loaded machine; the line then shows up in the next probe and is not counted twice).
+    """
+    for name, now in state.items():
+        seen = history.setdefault(name, {"first_starts": now["starts"], "pids": [now["pid"]], "restarts": 0})
+        if now["pid"] not in seen["pids"]:
+            seen["pids"].append(now["pid"])
+        seen["restarts"] = max(now["starts"] - seen["first_starts"], len(seen["pids"]) - 1)
+    return {name: h["restarts"] for name, h in history.items()}
+
+
+def docker_delta(before, after, restarts_before, restarts_after):
+    return {"restarts": sum(restarts_after[h] - restarts_before[h] for h in before),
+            "reloads": sum(after[h]["reloads"] - before[h]["reloads"] for h in before),
+            "pid_changed": sum(1 for h in before if before[h]["pid"] != after[h]["pid"])}
+
+
+def bench_fleet(name, size, args, workroot):
+    workdir = os.path.join(workroot, "%s-%d" % ("site" if name == "site.yml" else name, size))
+    os.makedirs(workdir, exist_ok=True)
+    up = run_lab("up", "--hosts", str(size), "--kinds", args.kinds, "--gpus", args.gpus, "--seed", args.seed)
+    hosts, hostvars = load_inventory()
+    log("%s, %d hosts: lab up in %.1f s; preparing canaries" % (name, size, up))
+    with open(STAND_IN, "rb") as handle:
+        stand_in = base64.encodebytes(handle.read()).decode()
+    on_all(hosts, hostvars, PREPARE.format(stand_in=stand_in.strip()))
+    cfg, cp_dir = write_tools(workdir, min(size, args.forks_cap))
+    result = {"playbook": name, "hosts": size, "forks": min(size, args.forks_cap),
+              "kinds": sorted({h["kind"] for h in hosts.values()})}
+    try:
+        history = {}
+        state0 = probe(hosts, hostvars)
+        restarts0 = track(history, state0)
+        for tag in ("first", "rerun"):
+            settle()
+            log("%s, %d hosts: %s run" % (name, size, tag))
+            run = run_playbook(PLAYBOOKS[name], cfg, workdir, tag, hosts)
+            state1 = probe(hosts, hostvars)
+            restarts1 = track(history, state1)
+            run["docker"] = docker_delta(state0, state1, restarts0, restarts1)
+            restarts0 = restarts1
+            run["canary_down"] = sum(1 for h in state1.values() if h["canary"] != "true")
+            run["nvidia_runtime"] = sum(1 for h in state1.values() if "nvidia" in h["runtimes"])
+            run["persistenced"] = sum(1 for h in state1.values() if h["persistenced"])
+            log("%s, %d hosts: %s run %.1f s rc %d, %d changed, docker %s, canaries down %d" % (
+                name, size, tag, run["wall"], run["rc"], run["changed"], run["docker"], run["canary_down"]))
+            result[tag] = run
+            state0 = state1
+    finally:
+        started = time.monotonic()
+        close_masters(cp_dir)
+        try:  # a canary ignores SIGTERM, so dockerd's shutdown would wait 10 s for it
+            on_all(hosts, hostvars, "docker rm -f gpufleet-canary > /dev/null 2>&1 || true")
+        except RuntimeError as exc:
+            log(str(exc))
+        down = run_lab("down")
+        log("%s, %d hosts: control masters and canaries gone in %.1f s, lab down in %.1f s" % (
+            name, size, time.monotonic() - started - down, down))
+    return result
+
+
+def fmt(x, digits=1):
+    return ("%%.%df" % digits) % x
+
+
+def table(results):
+    head = ("| hosts | playbook | first run s | first s/host | no-op re-run s | no-op s/host | no-op CPU s/host "
+            "| modules/host first / no-op | SSH trips/host first / no-op | changed on re-run "
+            "| dockerd restarts first / re-run | reloads first / re-run | canaries down |")
+    rows = [head, "|" + "---|" * 13]
+    for r in results:
+        f, n, size = r["first"], r["rerun"], r["hosts"]
+        rows.append("| %d | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %d | %d / %d | %d / %d | %d/%d |" % (
+            size, r["playbook"], fmt(f["wall"]), fmt(f["wall"] / size, 2), fmt(n["wall"]), fmt(n["wall"] / size, 2),
+            fmt(n["machine_cpu"] / size, 2), fmt(f["modules_per_host"]), fmt(n["modules_per_host"]),
+            fmt(f["round_trips_per_host"]), fmt(n["round_trips_per_host"]), n["changed"],
+            f["docker"]["restarts"], n["docker"]["restarts"], f["docker"]["reloads"], n["docker"]["reloads"],
+            n["canary_down"], size))
+    return "\n".join(rows)
+
+
+def verdicts(results):
+    by = {(r["hosts"], r["playbook"]): r for r in results}
+    sizes = sorted({r["hosts"] for r in results})
+    lines = []
+    ok_all = True
+    for size in sizes:
+        site, base = by.get((size, "site.yml")), by.get((size, "baseline"))
+        if not (site and base):
+            continue
+        speed = base["rerun"]["wall"] / site["rerun"]["wall"]
+        speed_first = base["first"]["wall"] / site["first"]["wall"]
+        cpu_ratio = base["rerun"]["machine_cpu"] / max(site["rerun"]["machine_cpu"], 1e-9)
+        ok = speed >= 4
+        ok_all &= ok
+        lines.append("- %d hosts: no-op re-run %.2fx faster than the baseline per host (%s; target >= 4x), "
+                     "%.2fx less machine CPU; first run %.2fx faster." % (
+                         size, speed, "met" if ok else "MISSED", cpu_ratio, speed_first))
+    slopes = {name: slope([(r["hosts"], r["rerun"]["wall"]) for r in results if r["playbook"] == name])
+              for name in ("site.yml", "baseline")}
+    if slopes["site.yml"] and slopes["baseline"]:
+        ratio = slopes["baseline"] / slopes["site.yml"]
+        ok = ratio >= 4
+        ok_all &= ok
+        lines.append("- Marginal no-op cost per added host (least-squares slope of re-run wall time over fleet size, "
+                     "which leaves out ansible-playbook's fixed start-up): site.yml %.2f s/host, baseline %.2f s/host, "
+                     "%.2fx (%s; target >= 4x)." % (slopes["site.yml"], slopes["baseline"], ratio,
+                                                   "met" if ok else "MISSED"))
+    site_runs = [r for r in results if r["playbook"] == "site.yml"]
+    restarts = sum(r[t]["docker"]["restarts"] for r in site_runs for t in ("first", "rerun"))
+    rerun_touch = sum(r["rerun"]["changed"] + r["rerun"]["docker"]["reloads"] for r in site_runs)
+    canaries = sum(r["rerun"]["canary_down"] for r in site_runs)
+    ok = restarts == 0 and rerun_touch == 0 and canaries == 0
+    ok_all &= ok
+    lines.append("- site.yml: %d dockerd restarts over all fleets and runs, %d changes or reloads on re-runs, "
+                 "%d canary containers down (%s; target 0, 0, 0)." % (restarts, rerun_touch, canaries,
+                                                                       "met" if ok else "MISSED"))
+    if len(site_runs) > 1:
+        per_host = [(r["hosts"], r["rerun"]["wall"] / r["hosts"], r["rerun"]["machine_cpu"] / r["hosts"])
+                    for r in sorted(site_runs, key=lambda r: r["hosts"])]
+        walls = [w for _, w, _ in per_host]
+        cpus = [c for _, _, c in per_host]
+        flat = max(cpus) / min(cpus) <= 1.3 and walls[-1] <= walls[0] * 1.3
+        ok_all &= flat
+        lines.append("- site.yml no-op cost per host as the fleet grows: %s wall s/host, %s machine CPU s/host "
+                     "(%s; flat = within 1.3x of the smallest fleet)." % (
+                         " / ".join("%d: %.2f" % (n, w) for n, w, _ in per_host),
+                         " / ".join("%d: %.2f" % (n, c) for n, _, c in per_host), "met" if flat else "MISSED"))
+    return lines, ok_all
+
+
+def slope(points):
+    """Least-squares slope of y over x, or None with fewer than two distinct x."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+
+
+def profile_lines(results):
+    lines = []
+    for r in results:
+        if r["hosts"] != max(x["hosts"] for x in results):
+            continue
+        lines.append("**%s, %d hosts, no-op re-run** (%.1f s wall). *task wall*: from the task's start to its "
+                     "last host's result; *s/host*: time from a host's worker start to its result, averaged over all the fleet's hosts (0 for a host that skipped the task; on this "
+                     "2-core machine it includes waiting for a CPU):" % (r["playbook"], r["hosts"], r["rerun"]["wall"]))
+        lines.append("")
+        lines.append("| task | action | task wall s | s/host |")
+        lines.append("|---|---|---|---|")
+        per_host = r["rerun"]["task_seconds_per_host"]
+        for task in r["rerun"]["tasks"]:
+            lines.append("| %s | `%s` | %.2f | %s |" % (task["name"].replace("|", "/"), task["action"], task["wall"],
+                                                      "%.3f" % per_host[task["name"]] if task["name"] in per_host
+                                                      else "skipped"))
+        lines.append("")
+    return lines
+
+
+def machine():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as handle:
+        for line in handle:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as handle:
+        mem_kib = int(handle.readline().split()[1])
+    version = subprocess.run([os.path.join(VENV_BIN, "ansible"), "--version"], capture_output=True,
+                             text=True).stdout.splitlines()[0]
+    osname = platform.system()
+    if os.path.exists("/etc/os-release"):
+        with open("/etc/os-release") as handle:
+            fields = dict(line.rstrip("\n").split("=", 1) for line in handle if "=" in line)
+        osname = fields.get("PRETTY_NAME", osname).strip('"')
+    return "%s, %s, %d cores (%s), %.0f GiB RAM, kernel %s; %s; Python %s" % (
+        platform.node(), osname, os.cpu_count(), cpu, mem_kib / 1048576, platform.release(), version,
+        platform.python_version())
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, tag, title in ((axes[0], "rerun", "No-op re-run"), (axes[1], "first", "First converge")):
+        for name, style in (("site.yml", "o-"), ("baseline", "s--")):
+            runs = sorted((r for r in results if r["playbook"] == name), key=lambda r: r["hosts"])
+            if runs:
+                ax.plot([r["hosts"] for r in runs], [r[tag]["wall"] for r in runs], style,
+                        label="%s" % ("gpufleet site.yml" if name == "site.yml" else "task-per-step baseline"))
+                for r in runs:
+                    ax.annotate("%.1fs" % r[tag]["wall"], (r["hosts"], r[tag]["wall"]), textcoords="offset points",
+                                xytext=(4, 4), fontsize=8)
+        ax.set_title(title)
+        ax.set_xlabel("hosts in the fleet (forks = hosts)")
+        ax.set_ylabel("wall time (s)")
+        ax.set_xticks(sorted({r["hosts"] for r in results}))
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("gpufleet.nvidia fleet benchmark (lab: simulated GPU hosts on one 2-core machine)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_report(results, args, command, started, finished, outdir):
+    lines_v, _ = verdicts(results)
+    md = ["# Fleet benchmark: playbooks/site.yml vs a task-per-step baseline", "",
+          "Generated by `tests/benchmark/fleet_bench.py` (see `tests/benchmark/README.md` for what the baseline "
+          "is and how each number is measured).", "",
+          "- Command: `%s`" % command,
+          "- Date: %s to %s (UTC)" % (started.strftime("%Y-%m-%d %H:%M"), finished.strftime("%H:%M")),
+          "- Machine: %s" % machine(),
+          "- Fleets: a fresh lab fleet per playbook and size, kinds `%s` handed out in turn, %s GPUs per host, "
+          "seed %s; forks = hosts (cap %d), pipelining on, the lab's inventory, no other settings." % (
+              args.kinds, args.gpus, args.seed, args.forks_cap),
+          "", "## Results", "", table(results), "",
+          "Columns: wall times of `ansible-playbook`; *CPU s/host* is the whole machine's busy CPU time during the "
+          "run (controller and lab hosts share it) divided by the host count; *modules/host* counts task results "
+          "that ran a module on the host (loop items one by one); *SSH trips/host* counts ssh/sftp/scp processes "
+          "the connection plugin started for the host; restarts and reloads are summed over the fleet; "
+          "*canaries down* is the number of hosts whose canary container was no longer running after the re-run.",
+          "", "## Targets (DESIGN.md section 7)", ""] + lines_v + ["", "## Where the time goes", ""] + \
+        profile_lines(results) + ["![wall time per fleet size](fleet.png)", "",
+                                  "Causes of the misses and the fixes they need: `analysis.md`.", ""]
+    with open(os.path.join(outdir, "results.md"), "w") as handle:
+        handle.write("\n".join(md))
+    with open(os.path.join(outdir, "results.json"), "w") as handle:
+        json.dump({"command": command, "started": started.isoformat(), "results": results}, handle, indent=1)
+    plot(results, os.path.join(outdir, "fleet.png"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="4,16,32", help="fleet sizes, comma-separated (default 4,16,32)")
+    parser.add_argument("--kinds", default="systemd,sysvinit,upstart")
+    parser.add_argument("--gpus", default="4", help="GPUs per host, as lab up --gpus takes it (default 4)")
+    parser.add_argument("--seed", default="1")
+    parser.add_argument("--forks-cap", type=int, default=32)
+    parser.add_argument("--playbooks", default="site.yml,baseline")
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmark"))
+    parser.add_argument("--work", default=os.path.join(ROOT, ".cache", "bench"),
+                        help="logs, callback output and per-run ansible.cfg (default .cache/bench)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("fleet_bench: run as root (the lab needs it)")
+    command = " ".join([".venv/bin/python", os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:])
+    started = datetime.datetime.now(datetime.timezone.utc)
+    workroot = os.path.join(args.work, started.strftime("%Y%m%dT%H%M%S"))
+    os.makedirs(workroot, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    results, broken = [], False
+    run_lab("down")  # every fleet starts fresh
+    try:
+        for size in [int(s) for s in args.sizes.split(",")]:
+            for name in args.playbooks.split(","):
+                result = bench_fleet(name, size, args, workroot)
+                broken |= any(result[t]["rc"] != 0 for t in ("first", "rerun"))
+                results.append(result)
+    finally:
+        try:
+            run_lab("down")
+        except RuntimeError as exc:
+            log(str(exc))
+    finished = datetime.datetime.now(datetime.timezone.utc)
+    print(table(results))
+    lines, ok = verdicts(results)
+    print("\n".join(lines))
+    write_report(results, args, command, started, finished, args.out)
+    log("wrote %s/results.md, results.json, fleet.png; logs in %s" % (args.out, workroot))
+    if broken:
+        log("a playbook run failed: see the logs")
+        return 1
+    return 1 if (args.strict and not ok) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
