@@ -114,15 +114,7 @@ class Host:
         return self.syslog.lines()
 
     def wait_log(self, text, timeout=5.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            lines = self.syslog.lines()
-            if any(text in line for line in lines):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError("no syslog line with %r in %d lines; the last 20: %r"
-                                     % (text, len(lines), lines[-20:]))
-            time.sleep(0.02)
+        self.syslog.wait_for(text, timeout)
 
     def close(self):
         """Stop every daemon still running (SIGTERM, then SIGKILL); return the stubborn ones."""

@@ -434,6 +434,18 @@ class SyslogCapture:
         with open(self.file) as handle:
             return handle.read().splitlines()
 
+    def wait_for(self, text, timeout=5.0):
+        """Wait until a captured line contains ``text`` (the capture is a thread)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.lines()
+            if any(text in line for line in lines):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError("no syslog line with %r in %d lines; the last 20: %r"
+                                     % (text, len(lines), lines[-20:]))
+            time.sleep(0.02)
+
     def close(self):
         self._stop.set()
         self._thread.join()

@@ -109,15 +109,7 @@ class FakeHost:
         return proc
 
     def wait_log(self, text, timeout=5.0):
-        """Wait until a syslog line contains ``text`` (the capture is a thread)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            lines = self.syslog.lines()
-            if any(text in line for line in lines):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError("no syslog line with %r in %r" % (text, lines))
-            time.sleep(0.02)
+        self.syslog.wait_for(text, timeout)
 
     def daemon_pid(self):
         with open(self.tree.pid_file) as handle:
