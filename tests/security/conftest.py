@@ -1,0 +1,114 @@
+"""Shared fixtures for the security layer: an unprivileged attacker, and loops
+that run until a deadline.
+
+Every test here attacks a boundary the collection keeps between root and
+everyone else (the service user, or any local user through the daemon's
+socket).  The attacker is a real unprivileged process: ``setpriv`` to a uid
+and gid with no supplementary groups and no capabilities.  Races run until a
+deadline (``GPUFLEET_SECURITY_SECONDS`` per race, default 4 s), never once.
+
+Needs root (to become the attacker and to run the root side). Nothing here
+changes the machine's /etc: attackers use uids that need no passwd entry, or
+``nobody`` (which Debian always has).
+"""
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.path.join(REPO, ".build", "collections")
+KIT = os.path.join(REPO, "tests", "driverkit")
+for _path in (KIT, COLLECTIONS):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+RACE_SECONDS = float(os.environ.get("GPUFLEET_SECURITY_SECONDS", "4"))
+# A local user with no passwd entry: nothing on the machine changes for it.
+STRANGER_UID = 4242
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _prerequisites():
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (the tests become unprivileged users and run the root side)")
+    if not shutil.which("setpriv"):
+        missing.append("setpriv (util-linux)")
+    if missing:
+        pytest.fail("security layer needs: %s" % "; ".join(missing), pytrace=False)
+
+
+class Attacker(object):
+    """An unprivileged identity and ways to run code as it."""
+
+    def __init__(self, uid, gid, name):
+        self.uid = uid
+        self.gid = gid
+        self.name = name
+
+    def argv(self, argv):
+        return ["setpriv", "--reuid=%d" % self.uid, "--regid=%d" % self.gid,
+                "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+                "--no-new-privs", "--"] + list(argv)
+
+    def run(self, argv, **kwargs):
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        kwargs.setdefault("text", True)
+        return subprocess.run(self.argv(argv), **kwargs)
+
+    def popen(self, argv, **kwargs):
+        return subprocess.Popen(self.argv(argv), **kwargs)
+
+    def python(self, code, *args, **kwargs):
+        """Run Python ``code`` (a string) as the attacker; returns CompletedProcess."""
+        return self.run([sys.executable, "-c", code] + [str(a) for a in args], **kwargs)
+
+    def python_popen(self, code, *args, **kwargs):
+        return self.popen([sys.executable, "-c", code] + [str(a) for a in args], **kwargs)
+
+
+@pytest.fixture
+def service_user():
+    """The daemon's service user as an attacker: ``nobody``."""
+    entry = pwd.getpwnam("nobody")
+    return Attacker(entry.pw_uid, entry.pw_gid, "nobody")
+
+
+@pytest.fixture
+def stranger():
+    """Any other local user: a uid with no passwd entry and no groups."""
+    return Attacker(STRANGER_UID, STRANGER_UID, "uid %d" % STRANGER_UID)
+
+
+def until_deadline(seconds=None):
+    """Yield iteration numbers until ``seconds`` (default RACE_SECONDS) pass."""
+    end = time.monotonic() + (RACE_SECONDS if seconds is None else seconds)
+    count = 0
+    while True:
+        yield count
+        count += 1
+        if time.monotonic() >= end:
+            return
+
+
+@pytest.fixture
+def deadline():
+    return until_deadline
+
+
+@pytest.fixture
+def sandbox():
+    """A root-owned 0755 directory in /tmp for one test, removed afterwards.
+    Its parent is sticky /tmp, so an attacker cannot rename or remove it."""
+    path = tempfile.mkdtemp(prefix="gfsec", dir="/tmp")
+    os.chmod(path, 0o755)
+    yield path
+    subprocess.run(["rm", "-rf", "--one-file-system", path], check=False)
