@@ -14,10 +14,14 @@ Three layers:
   CRLF, the trailing newline); only the members we set are spliced in,
   formatted like their neighbours. Duplicate keys are refused, as are
   non-object tops and a ``runtimes`` that is not an object.
-* **File handling** (``read_config``, ``write_atomic``, ``directory_lock``):
-  symlinks are written through (the link stays), writes are temp file in the
-  same directory + fsync + rename + directory fsync, owner/mode kept, and a
-  flock on the directory serialises concurrent writers.
+* **File handling** (``resolve_path``, ``open_config``, ``write_atomic``,
+  ``backup_copy``, ``directory_lock``): the module runs as root, so every
+  directory on the way must be out of other users' reach (else a clear
+  refusal); trusted symlinks are written through (the link stays); files are
+  opened with O_NOFOLLOW, new ones with O_EXCL, mode and owner set on the
+  descriptor; writes are temp file in the same directory + fsync + rename +
+  directory fsync; a flock on the directory serialises concurrent writers.
+  Input is bounded (1 MiB, 64 levels) and every failure is a DaemonJsonError.
 * **Applying** (``converge``): ask the running dockerd (``GET /info``) whether
   it already runs what the file says; reload (SIGHUP) when additions/changes
   suffice, restart when something was removed (dockerd 20.10 keeps removed
@@ -232,12 +236,19 @@ def parse_document(text, path='daemon.json'):
     body = text[1:] if text.startswith(BOM) else text
     if not body.strip(_WS):
         return None
+    depth = nesting_depth(body, MAX_DEPTH)
+    if depth > MAX_DEPTH:
+        raise DaemonJsonError('%s: JSON nested deeper than %d levels; a dockerd configuration is a few levels deep. '
+                              'Fix the file by hand; it was left untouched.' % (path, MAX_DEPTH))
     try:
         json.loads(body, object_pairs_hook=_check_duplicates(path), parse_constant=_reject_constant)
     except DaemonJsonError:
         raise
     except ValueError as exc:
         raise DaemonJsonError('%s: invalid JSON: %s. Fix the file by hand; it was left untouched.' % (path, exc))
+    except (RecursionError, MemoryError) as exc:
+        raise DaemonJsonError('%s: JSON too complex to read (%s). Fix the file by hand; it was left untouched.'
+                              % (path, type(exc).__name__))
     offset = len(text) - len(body)
     node = _SpanParser(text).value(offset)
     if node.kind != 'object':
@@ -248,6 +259,25 @@ def parse_document(text, path='daemon.json'):
         raise DaemonJsonError('%s: "runtimes" must be a JSON object mapping names to {"path": ...}, found %s. '
                               'The file was left untouched.' % (path, _json_type(runtimes)))
     return node
+
+
+_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+
+
+def nesting_depth(text, limit=None):
+    """How deep ``[``/``{`` nest in ``text`` (strings skipped), without recursion; stops past ``limit``."""
+    depth = deepest = 0
+    for match in _STRUCTURE.finditer(text):
+        token = match.group(0)
+        if token in ('[', '{'):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if limit is not None and deepest > limit:
+                    break
+        elif token in (']', '}'):
+            depth -= 1
+    return deepest
 
 
 def _json_type(value):
@@ -462,14 +492,15 @@ class _Editor(object):
 
 
 def merge_text(text, path, state='present', name='nvidia', runtime_path='nvidia-container-runtime',
-               runtime_args=None, default_runtime=False, cdi=None):
+               runtime_args=None, default_runtime=None, cdi=None):
     """Return ``(new_text, warnings)``: ``text`` with our runtime merged in (or removed).
 
     ``new_text == text`` exactly when nothing needs to change. ``runtime_args``
     None leaves an existing runtime's ``runtimeArgs`` alone (new entries get
     ``[]``); a missing ``runtimeArgs`` equals ``[]``. ``cdi`` None leaves
     ``features.cdi`` alone; a missing ``features.cdi`` equals ``false``.
-    ``default_runtime`` false removes ``default-runtime`` only when it names us.
+    ``default_runtime`` None leaves ``default-runtime`` alone; true sets it to
+    us; false removes it only when it names us.
     """
     if name in RESERVED_RUNTIMES:
         raise DaemonJsonError('%s: the runtime name "%s" is reserved by dockerd; choose another name.' % (path, name))
@@ -481,7 +512,11 @@ def merge_text(text, path, state='present', name='nvidia', runtime_path='nvidia-
     if state == 'present':
         entry = current.get('runtimes', {}).get(name)
         if isinstance(entry, dict):
-            editor.set(['runtimes', name, 'path'], runtime_path)
+            old_path = entry.get('path')
+            if editor.set(['runtimes', name, 'path'], runtime_path) and old_path is not None:
+                warnings.append('%s: runtime "%s" had the path %s; it was replaced by %s (runtime_path). Set '
+                                'runtime_path to %s to keep it.' % (path, name, json.dumps(old_path),
+                                                                    json.dumps(runtime_path), json.dumps(old_path)))
             if runtime_args is not None:
                 has_args, existing = editor.get(['runtimes', name, 'runtimeArgs'])
                 if not (not has_args and list(runtime_args) == []):
@@ -495,7 +530,7 @@ def merge_text(text, path, state='present', name='nvidia', runtime_path='nvidia-
             editor.set(['runtimes', name], {'path': runtime_path, 'runtimeArgs': list(runtime_args or [])})
         if default_runtime:
             editor.set(['default-runtime'], name)
-        elif current.get('default-runtime') == name:
+        elif default_runtime is not None and current.get('default-runtime') == name:
             editor.remove(['default-runtime'])
         if cdi is not None:
             features = current.get('features')
@@ -525,58 +560,252 @@ def config_of(text, path='daemon.json'):
 # --------------------------------------------------------------------------
 # Files
 # --------------------------------------------------------------------------
+#
+# The module runs as root and writes daemon.json, its temporary file and its
+# backups in the file's directory. Anyone who can write that directory (or
+# the file) controls dockerd, which runs as root, and could turn a write by
+# path into a write anywhere. So every directory on the way to the file is
+# checked first (``resolve_path``): owned by root or by the user running the
+# module, writable by nobody else (an ancestor may be a sticky directory such
+# as /tmp, whose entries others cannot rename); a symbolic link is followed
+# only when it sits in such a directory and is owned by root or us. In a
+# directory only root can change, no other user can plant or swap a name, and
+# the descriptor-based operations below (O_NOFOLLOW, O_EXCL, fchmod, fchown,
+# fstat) keep it that way even against a careless root.
+
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+MAX_SYMLINKS = 40
+_NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0)
+_CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
+_DIRECTORY = getattr(os, 'O_DIRECTORY', 0)
+_NONBLOCK = getattr(os, 'O_NONBLOCK', 0)
+
+
+def _trusted_uids():
+    return (0, os.geteuid())
+
+
+def _untrusted(st, sticky_ok=False):
+    """Why someone other than root (or us) can change this entry, or None."""
+    if st.st_uid not in _trusted_uids():
+        return 'is owned by uid %d' % st.st_uid
+    if stat.S_ISLNK(st.st_mode):
+        return None  # a link's own mode means nothing; its directory decides
+    if st.st_mode & 0o022 and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        return 'is writable by %s (mode %04o)' % ('every user' if st.st_mode & 0o002 else 'group %d' % st.st_gid,
+                                                 stat.S_IMODE(st.st_mode))
+    return None
+
+
+def _refuse(path, what, why, fix):
+    raise DaemonJsonError('%s: refusing to use %s: it %s, so another user could make this root-run module write '
+                          'or replace any file, or control dockerd. %s' % (path, what, why, fix))
+
+
+def _split(path):
+    return [part for part in path.split('/') if part]
+
 
 def resolve_path(path):
-    """Where to write: the final target of a symlinked ``path``.
+    """Where to write ``path``: its real location, checked to be out of other users' reach.
 
-    A dangling link is refused: creating its target could write anywhere.
+    Returns the real path; trailing components may not exist yet. Raises
+    DaemonJsonError when a directory on the way, a link followed or the file
+    can be changed by a user other than root or us, and for a dangling link
+    (creating its target could write anywhere).
     """
-    if os.path.islink(path):
-        target = os.path.realpath(path)
-        if not os.path.exists(target):
-            raise DaemonJsonError('%s is a symbolic link to %s, which does not exist; create the target or '
-                                  'remove the link.' % (path, target))
-        return target
-    return path
+    absolute = path if path.startswith('/') else os.getcwd() + '/' + path
+    pending = _split(absolute)
+    current = '/'
+    problem = _untrusted(os.lstat('/'), sticky_ok=True)
+    if problem:
+        _refuse(path, 'the directory /', problem, 'Fix the ownership of /.')
+    hops = 0
+    followed = None
+    while pending:
+        name = pending.pop(0)
+        if name == '.':
+            continue
+        if name == '..':
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            st = os.lstat(candidate)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                raise DaemonJsonError('%s: cannot inspect %s: %s' % (path, candidate, exc.strerror))
+            if followed is not None and not pending:
+                raise DaemonJsonError('%s is a symbolic link to %s, which does not exist; create the target or '
+                                      'remove the link.' % (path, candidate))
+            if '..' in pending:
+                raise DaemonJsonError('%s: "%s" does not exist and the path goes on with "..": give a plain path.'
+                                      % (path, candidate))
+            real = os.path.join(candidate, *[part for part in pending if part != '.'])
+            _check_parent(path, real)
+            return real
+        if stat.S_ISLNK(st.st_mode):
+            problem = _untrusted(st)
+            if problem:
+                _refuse(path, 'the symbolic link %s' % candidate, problem,
+                        'Remove the link, or replace it with a link owned by root.')
+            hops += 1
+            if hops > MAX_SYMLINKS:
+                raise DaemonJsonError('%s: too many levels of symbolic links.' % path)
+            target = os.readlink(candidate)
+            if target.startswith('/'):
+                current = '/'
+            if not pending:
+                followed = candidate  # the file itself is a link: its target must exist
+            pending = _split(target) + pending
+            continue
+        if not pending:
+            current = candidate
+            break
+        if not stat.S_ISDIR(st.st_mode):
+            raise DaemonJsonError('%s: %s is not a directory.' % (path, candidate))
+        problem = _untrusted(st, sticky_ok=True)
+        if problem:
+            _refuse(path, 'the directory %s' % candidate, problem,
+                    'Make it owned by root and writable only by root (chown root: %s; chmod go-w %s).'
+                    % (candidate, candidate))
+        current = candidate
+    _check_parent(path, current)
+    return current
+
+
+def _check_parent(path, real):
+    """The file's own directory holds our temp files and backups: nobody else may write it, sticky or not."""
+    directory = os.path.dirname(real)
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return  # missing: ensure_directory creates it
+    problem = _untrusted(st)
+    if problem:
+        _refuse(path, 'the directory %s' % directory, problem,
+                'Keep dockerd\'s configuration in a directory only root can write (chown root: %s; chmod 0755 %s).'
+                % (directory, directory))
+
+
+class ConfigFile(object):
+    """daemon.json as read: ``exists``, ``real`` (the path written), ``text``, ``stat`` (of the opened file)."""
+
+    def __init__(self, exists, real, text, st):
+        self.exists = exists
+        self.real = real
+        self.text = text
+        self.stat = st
+
+
+def open_config(path, real=None):
+    """Read ``path`` (already resolved to ``real``) without following a link and within limits."""
+    if real is None:
+        real = resolve_path(path)
+    try:
+        fd = os.open(real, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return ConfigFile(False, real, '', None)
+        if exc.errno == errno.ELOOP:
+            raise DaemonJsonError('%s: %s became a symbolic link while being read; nothing was changed. Run again.'
+                                  % (path, real))
+        raise DaemonJsonError('%s: cannot read: %s' % (path, exc.strerror))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DaemonJsonError('%s is not a regular file.' % path)
+        problem = _untrusted(st)
+        if problem:
+            _refuse(path, 'the file %s' % real, problem,
+                    'dockerd runs as root and reads it: make it owned by root and writable only by root '
+                    '(chown root: %s; chmod 0644 %s).' % (real, real))
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise DaemonJsonError('%s: the file is %d bytes; a dockerd configuration larger than %d bytes is refused. '
+                                  'The file was left untouched.' % (path, st.st_size, MAX_CONFIG_BYTES))
+        chunks = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError as exc:
+                raise DaemonJsonError('%s: cannot read: %s' % (path, exc.strerror))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_CONFIG_BYTES:
+            raise DaemonJsonError('%s: the file grew past %d bytes while being read; it was left untouched.'
+                                  % (path, MAX_CONFIG_BYTES))
+    finally:
+        os.close(fd)
+    try:
+        text = b''.join(chunks).decode('utf-8')
+    except UnicodeDecodeError as exc:
+        raise DaemonJsonError('%s: not valid UTF-8 (%s). The file was left untouched.' % (path, exc))
+    return ConfigFile(True, real, text, st)
 
 
 def read_config(path):
-    """Return ``(exists, real_path, text)``; a missing file is ``(False, path, '')``."""
-    real = resolve_path(path)
-    try:
-        st = os.stat(real)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            return False, real, ''
-        raise DaemonJsonError('%s: cannot read: %s' % (path, exc))
-    if not stat.S_ISREG(st.st_mode):
-        raise DaemonJsonError('%s is not a regular file.' % path)
-    try:
-        with open(real, 'rb') as handle:
-            data = handle.read()
-    except (IOError, OSError) as exc:
-        raise DaemonJsonError('%s: cannot read: %s' % (path, exc))
-    try:
-        text = data.decode('utf-8')
-    except UnicodeDecodeError as exc:
-        raise DaemonJsonError('%s: not valid UTF-8 (%s). The file was left untouched.' % (path, exc))
-    return True, real, text
+    """Return ``(exists, real_path, text)``; a missing file is ``(False, real_path, '')``."""
+    found = open_config(path)
+    return found.exists, found.real, found.text
 
 
 def ensure_directory(path, mode=0o755):
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory)
-        os.chmod(directory, mode)
-        return True
-    return False
+    """Create the missing directories above ``path`` (a resolved path); True when one was created.
+
+    Each is made with mkdir (which never follows a link) in a directory
+    ``resolve_path`` found trusted; an existing entry (another run made it
+    first) must be a real directory we trust. The mode is set on the
+    descriptor, whatever the umask.
+    """
+    directory = os.path.dirname(path)
+    missing = []
+    while directory != '/' and not os.path.lexists(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    created = False
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+            made = True
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise DaemonJsonError('%s: cannot create the directory %s: %s. Nothing was written.'
+                                      % (path, directory, exc.strerror))
+            made = False
+        try:
+            fd = os.open(directory, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        except OSError as exc:
+            raise DaemonJsonError('%s: %s is not a directory we can use (%s). Nothing was written.'
+                                  % (path, directory, exc.strerror))
+        try:
+            st = os.fstat(fd)
+            if made:
+                os.fchmod(fd, mode)
+                created = True
+            else:
+                problem = _untrusted(st)
+                if problem:
+                    _refuse(path, 'the directory %s' % directory, problem,
+                            'Make it owned by root and writable only by root.')
+        except OSError as exc:
+            raise DaemonJsonError('%s: cannot set the mode of %s: %s' % (path, directory, exc.strerror))
+        finally:
+            os.close(fd)
+    return created
 
 
 @contextlib.contextmanager
 def directory_lock(path, timeout=120.0):
     """Exclusive flock on the file's directory: serialises our writers, leaves no lock file behind."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fd = os.open(directory, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        raise DaemonJsonError('%s: cannot open its directory %s to lock it: %s' % (path, directory, exc.strerror))
     try:
         deadline = time.time() + timeout
         while True:
@@ -585,7 +814,7 @@ def directory_lock(path, timeout=120.0):
                 break
             except (IOError, OSError) as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise
+                    raise DaemonJsonError('%s: cannot lock %s: %s' % (path, directory, exc.strerror))
                 if time.time() > deadline:
                     raise DaemonJsonError('%s: another writer held the lock on %s for %ds' % (path, directory, timeout))
                 time.sleep(0.05)
@@ -601,7 +830,7 @@ def _no_lock():
 
 def _fsync_directory(directory):
     try:
-        fd = os.open(directory, os.O_RDONLY)
+        fd = os.open(directory, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     except OSError:
         return
     try:
@@ -612,27 +841,60 @@ def _fsync_directory(directory):
         os.close(fd)
 
 
-def write_atomic(path, data, mover=None, new_mode=0o644):
-    """Write ``data`` (bytes) to ``path``: temp file alongside, fsync, rename, fsync dir.
+def _new_file(directory, prefix, suffix):
+    """A new file only we can have created: O_CREAT|O_EXCL|O_NOFOLLOW (``tempfile.mkstemp``), mode 0600."""
+    return tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
 
-    An existing file keeps its owner and mode. ``mover(tmp, dest)`` (e.g.
-    ``AnsibleModule.atomic_move``, which also keeps the SELinux context) does
-    the rename when given.
+
+def _take_attributes(fd, like, new_mode):
+    """Mode and owner of ``like`` (an os.stat_result, or None for a new file), set on the descriptor."""
+    if like is None:
+        os.fchmod(fd, new_mode)
+        return
+    os.fchmod(fd, stat.S_IMODE(like.st_mode))
+    if (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+        try:
+            os.fchown(fd, like.st_uid, like.st_gid)
+        except OSError as exc:
+            if exc.errno != errno.EPERM:
+                raise
+
+
+def _write_failed(path, exc, what='write'):
+    reason = exc.strerror if getattr(exc, 'strerror', None) else str(exc)
+    hint = {errno.EROFS: 'the file system is read-only', errno.ENOSPC: 'the file system is full',
+            errno.EDQUOT: 'a disk quota is exceeded', errno.EPERM: 'the file or directory may be immutable '
+            '(lsattr; chattr -i)', errno.EACCES: 'permission denied'}.get(getattr(exc, 'errno', None))
+    return DaemonJsonError('%s: cannot %s: %s%s. The file was left as it was and no temporary file was left.'
+                           % (path, what, reason, ' (%s)' % hint if hint and hint != reason.lower() else ''))
+
+
+def write_atomic(path, data, mover=None, new_mode=0o644, like=None):
+    """Write ``data`` (bytes) to ``path`` (a resolved path): new file alongside, fsync, rename, fsync dir.
+
+    The new file is created with O_EXCL|O_NOFOLLOW and gets its mode and
+    owner through its descriptor: those of ``like`` (the existing file's
+    stat; by default, an ``lstat`` of ``path``) or ``new_mode`` for a new
+    file. ``mover(tmp, dest)`` does the rename when given (the module uses it
+    to keep the SELinux context). On any failure the temp file is removed,
+    ``path`` is as it was, and DaemonJsonError names ``path``.
     """
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix(path), suffix='.tmp')
+    if like is None:
+        try:
+            like = os.lstat(path)
+        except OSError:
+            like = None
+        if like is not None and not stat.S_ISREG(like.st_mode):
+            like = None
+    try:
+        fd, tmp = _new_file(directory, temp_prefix(path), '.tmp')
+    except OSError as exc:
+        raise _write_failed(path, exc, 'create a temporary file in %s' % directory)
     try:
         try:
             _write_all(fd, data)
-            try:
-                st = os.stat(path)
-                os.fchmod(fd, stat.S_IMODE(st.st_mode))
-                try:
-                    os.fchown(fd, st.st_uid, st.st_gid)
-                except OSError:
-                    pass
-            except OSError:
-                os.fchmod(fd, new_mode)
+            _take_attributes(fd, like, new_mode)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -640,11 +902,60 @@ def write_atomic(path, data, mover=None, new_mode=0o644):
             mover(tmp, path)
         else:
             os.rename(tmp, path)
-    except Exception:
-        if os.path.exists(tmp):
+    except Exception as exc:
+        try:
             os.unlink(tmp)
-        raise
+        except OSError:
+            pass
+        if isinstance(exc, DaemonJsonError):
+            raise
+        raise _write_failed(path, exc)
     _fsync_directory(directory)
+
+
+def backup_copy(path, like=None):
+    """Copy ``path`` (a resolved path) to ``path.PID.YYYY-MM-DD@HH:MM:SS~``; returns the copy's name.
+
+    The name is Ansible's ``backup_local`` one; the copy is a new file
+    (O_EXCL|O_NOFOLLOW) with the original's mode and owner set on its
+    descriptor. A failure removes the partial copy and names the file.
+    """
+    name = '%s.%s.%s' % (path, os.getpid(), time.strftime('%Y-%m-%d@%H:%M:%S~', time.localtime()))
+    try:
+        source = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        raise DaemonJsonError('%s: cannot read it for the backup: %s. Nothing was changed.' % (path, exc.strerror))
+    try:
+        if like is None:
+            like = os.fstat(source)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+        except OSError as exc:
+            raise DaemonJsonError('%s: cannot create the backup %s: %s. Nothing was changed.'
+                                  % (path, name, exc.strerror))
+        try:
+            while True:
+                chunk = os.read(source, 65536)
+                if not chunk:
+                    break
+                _write_all(fd, chunk)
+            _take_attributes(fd, like, 0o600)
+            os.fsync(fd)
+        except OSError as exc:
+            os.close(fd)
+            fd = None
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+            raise DaemonJsonError('%s: cannot write the backup %s: %s. Nothing was changed and no partial backup '
+                                  'was left.' % (path, name, exc.strerror))
+        finally:
+            if fd is not None:
+                os.close(fd)
+    finally:
+        os.close(source)
+    return name
 
 
 def temp_prefix(path):
@@ -656,10 +967,14 @@ def remove_stale_temps(path):
     directory = os.path.dirname(os.path.abspath(path))
     prefix = temp_prefix(path)
     removed = []
-    for entry in os.listdir(directory):
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return removed
+    for entry in entries:
         if entry.startswith(prefix) and entry.endswith('.tmp'):
             try:
-                os.unlink(os.path.join(directory, entry))
+                os.unlink(os.path.join(directory, entry))  # unlink never follows a link
                 removed.append(entry)
             except OSError:
                 pass
@@ -1018,7 +1333,7 @@ class Request(object):
     """What the user asked for (the module's parameters)."""
 
     def __init__(self, path=DEFAULT_PATH, name='nvidia', runtime_path='nvidia-container-runtime', runtime_args=None,
-                 default_runtime=False, cdi=None, state='present', apply='auto', timeout=60.0):
+                 default_runtime=None, cdi=None, state='present', apply='auto', timeout=60.0):
         self.path = path
         self.name = name
         self.runtime_path = runtime_path
@@ -1096,7 +1411,8 @@ def converge(request, service, api, check_mode=False, backup=None, mover=None, v
     if not check_mode:
         created_dir = ensure_directory(real)
     with directory_lock(real) if os.path.isdir(os.path.dirname(os.path.abspath(real))) else _no_lock():
-        exists, real, before_text = read_config(path)
+        current = open_config(path, real)
+        exists, before_text = current.exists, current.text
         after_text, merge_warnings = merge_text(
             before_text, path, state=request.state, name=request.name, runtime_path=request.runtime_path,
             runtime_args=request.runtime_args, default_runtime=request.default_runtime, cdi=request.cdi)
@@ -1114,12 +1430,17 @@ def converge(request, service, api, check_mode=False, backup=None, mover=None, v
                             % (request.runtime_path, RUNTIME_PACKAGE))
 
         pid_before = service.pid()
-        result['dockerd_pid_before'] = pid_before
         running_config = service.config_file() if pid_before and hasattr(service, 'config_file') else None
-        if running_config and not _same_file(running_config, real, path) and request.apply != 'none':
-            raise DaemonJsonError('dockerd (pid %s) reads %s, not %s: applying %s would not change what dockerd '
-                                  'runs. Set path to %s, or apply=none to only write the file.'
-                                  % (pid_before, running_config, path, path, running_config))
+        elsewhere = None
+        if running_config and not _same_file(running_config, real, path):
+            if request.apply != 'none':
+                raise DaemonJsonError('dockerd (pid %s) reads %s, not %s: applying %s would not change what dockerd '
+                                      'runs. Set path to %s, or apply=none to only write the file.'
+                                      % (pid_before, running_config, path, path, running_config))
+            # Only the dockerd that reads this file matters, and apply=none does not touch it anyway.
+            elsewhere = 'dockerd (pid %s) reads %s, not this file' % (pid_before, running_config)
+            pid_before = None
+        result['dockerd_pid_before'] = pid_before
         flags = flags_to_keys(service.flags()) if pid_before or file_changed else {}
         fatal, preexisting = flag_conflicts(before_cfg, after_cfg, flags)
         if fatal:
@@ -1140,9 +1461,14 @@ def converge(request, service, api, check_mode=False, backup=None, mover=None, v
             try:
                 info = api.info()
             except Exception as exc:
-                raise DaemonJsonError('dockerd (pid %s) is running but its API at %s does not answer: %s. Nothing '
-                                      'was changed; check docker_host, or use apply=none.'
-                                      % (pid_before, getattr(api, 'socket_path', 'the socket'), exc))
+                if request.apply != 'none':
+                    raise DaemonJsonError('dockerd (pid %s) is running but its API at %s does not answer: %s. '
+                                          'Nothing was changed; check docker_host, or use apply=none.'
+                                          % (pid_before, getattr(api, 'socket_path', 'the socket'), exc))
+                # apply=none only writes the file: what dockerd runs is reported when it can be asked.
+                warnings.append('dockerd (pid %s) did not answer on %s (%s): whether it runs %s is unknown; apply=none '
+                                'only wrote the file.' % (pid_before, getattr(api, 'socket_path', 'its API'), exc,
+                                                          path))
         differences, removals = compare_running(after_cfg, info or {}, request.name, request.state, flags)
         if info is not None and not differences and 'CDISpecDirs' not in info and \
                 not same_value(before_cfg.get('features'), after_cfg.get('features')):
@@ -1182,26 +1508,26 @@ def converge(request, service, api, check_mode=False, backup=None, mover=None, v
         if check_mode:
             result['runtimes'] = _runtimes_of(info) if info else {}
             result['default_runtime'] = info.get('DefaultRuntime') if info else None
-            result['msg'] = _message(result, differences, removals, request, predicted=True)
+            result['msg'] = _message(result, differences, removals, request, predicted=True, elsewhere=elsewhere)
             result['dockerd_pid_after'] = pid_before
             return result
 
         remove_stale_temps(real)
         if file_changed:
+            if backup is True or (backup is not None and not callable(backup)):
+                backup = backup_copy
             if backup is not None and exists:
                 result['backup_file'] = backup(real)
-            write_atomic(real, after_text.encode('utf-8'), mover=mover)
-            if not exists:
-                os.chmod(real, 0o644)  # whatever the umask: dockerd's config is world-readable
+            write_atomic(real, after_text.encode('utf-8'), mover=mover, like=current.stat)
 
         if action in ('reload', 'restart'):
             info = _apply(request, service, api, action, result, before_text if exists else None, real, mover,
                           after_cfg, flags, poll, reload_wait)
-        result['dockerd_pid_after'] = service.pid()
+        result['dockerd_pid_after'] = service.pid() if elsewhere is None else None
         if info:
             result['runtimes'] = _runtimes_of(info)
             result['default_runtime'] = info.get('DefaultRuntime')
-        result['msg'] = _message(result, differences, removals, request)
+        result['msg'] = _message(result, differences, removals, request, elsewhere=elsewhere)
         return result
 
 
@@ -1209,7 +1535,7 @@ def _runtimes_of(info):
     return dict((name, value) for name, value in (info.get('Runtimes') or {}).items())
 
 
-def _message(result, differences, removals, request, predicted=False):
+def _message(result, differences, removals, request, predicted=False, elsewhere=None):
     verb = 'would' if predicted else 'was'
     parts = []
     if result['file_changed']:
@@ -1223,12 +1549,16 @@ def _message(result, differences, removals, request, predicted=False):
         why = removals or differences
         parts.append('dockerd %s restarted: %s' % (verb, '; '.join(why)))
     elif action == 'deferred':
-        if result['dockerd_pid_before'] is None:
+        if elsewhere:
+            parts.append('%s; not applied (apply=none)' % elsewhere)
+        elif result['dockerd_pid_before'] is None:
             parts.append('dockerd is not running; the file takes effect when it next starts')
         elif request.apply == 'reload' and removals:
             parts.append('a reload cannot apply this (%s): restart dockerd to apply it' % '; '.join(removals))
         else:
             parts.append('not applied (apply=none); dockerd runs an older configuration: %s' % '; '.join(differences))
+    elif elsewhere:
+        parts.append(elsewhere)
     else:
         parts.append('dockerd already runs it' if result['dockerd_pid_before'] else 'dockerd is not running')
     return '; '.join(parts)
@@ -1318,7 +1648,7 @@ def _restore(real, previous_text, mover):
         except OSError:
             pass
         return
-    write_atomic(real, previous_text.encode('utf-8'), mover=mover)
+    write_atomic(real, previous_text.encode('utf-8'), mover=mover)  # keeps the mode and owner it has now
 
 
 def dockerd_help(run_command, dockerd_path):

@@ -20,10 +20,19 @@ description:
     A file whose content does not change is not rewritten.
   - A missing or empty file counts as C({}); the directory is created with mode C(0755) and the file with C(0644).
     Invalid JSON, duplicate keys, a top level that is not an object, or a C(runtimes) that is not an object make
-    the module fail, naming the file and the problem, and leave the file untouched.
-  - When O(path) is a symbolic link, its target is written and the link is kept; a dangling link is refused.
-    Writes are atomic (temporary file in the same directory, fsync, rename) and keep owner, mode and SELinux context.
-    Concurrent runs on one host are serialised by a lock on the file's directory.
+    the module fail, naming the file and the problem, and leave the file untouched. So does a file larger than
+    1 MiB or nested deeper than 64 levels.
+  - B(Nobody but root may be able to change the file or its directories.) dockerd runs as root and obeys this file,
+    and the module writes it, a temporary file and backups as root. The module refuses (fails, naming the path and
+    what to fix, changing nothing) when the file, its directory or any directory above it is owned by a user other
+    than root (or the user running the module) or writable by group or others (a directory above may be sticky,
+    like C(/tmp)), and when a symbolic link on the way is owned by another user.
+  - When O(path) is a symbolic link (owned by root, in such a directory), its target is written and the link is kept;
+    a dangling link is refused. Writes are atomic (a new temporary file in the same directory, created exclusively,
+    never through a link; fsync; rename) and keep owner, mode (set on the open file, never by path) and SELinux
+    context. Any write failure (read-only or full file system, permission, immutable file) fails naming the file,
+    with the file as it was and no temporary file left.
+    Concurrent runs on one host are serialised by a lock on the file's directory (no lock file).
   - With O(apply=auto) the module asks the running dockerd (C(GET /info) on its API socket) whether it already runs
     what the file says. If it does, nothing is signalled, even when the file was changed by an earlier run that never
     applied it. Additions and changes are applied by a reload (SIGHUP), so running containers keep running; a removal
@@ -86,9 +95,11 @@ options:
   default_runtime:
     description:
       - Whether the runtime is dockerd's C(default-runtime).
-      - V(false) removes C(default-runtime) only when it names this runtime; another default is left alone.
+      - V(true) sets it. V(false) removes C(default-runtime) only when it names this runtime; another default is
+        left alone.
+      - When omitted, C(default-runtime) is left exactly as it is (a C(default-runtime) of this runtime that the user
+        set stays).
     type: bool
-    default: false
   cdi:
     description:
       - Sets C(features.cdi) (Container Device Interface support, dockerd 25 and later).
@@ -103,7 +114,8 @@ options:
     default: present
   backup:
     description:
-      - Create a backup file with a timestamp before changing the file.
+      - Create a backup file with a timestamp before changing the file (C(<file>.<pid>.<date>@<time>~), the
+        original's owner and mode, created exclusively, never through a link).
     type: bool
     default: false
   apply:
@@ -113,7 +125,8 @@ options:
       - V(reload) only ever reloads; a change that needs a restart is written and reported as RV(action=deferred)
         with a warning.
       - V(restart) restarts dockerd whenever the running configuration differs from the file.
-      - V(none) only writes the file; RV(action=deferred) when dockerd runs something else.
+      - V(none) only writes the file; RV(action=deferred) when dockerd runs something else. It never fails because of
+        dockerd: a dockerd that reads another file is ignored, and one whose API does not answer gives a warning.
     type: str
     choices: [auto, reload, restart, none]
     default: auto
@@ -220,7 +233,8 @@ default_runtime:
   type: str
   sample: runc
 dockerd_pid_before:
-  description: PID of dockerd before the run; null when it was not running.
+  description: PID of dockerd before the run; null when it was not running (or, with O(apply=none), when the dockerd
+    found reads another file).
   returned: always
   type: int
   sample: 1234
@@ -236,6 +250,8 @@ msg:
   sample: "/etc/docker/daemon.json changed; dockerd was reloaded (SIGHUP, containers keep running): runtime \"nvidia\" is not loaded"
 '''
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as daemon_json
@@ -247,7 +263,7 @@ ARGUMENT_SPEC = dict(
     name=dict(type='str', default='nvidia'),
     runtime_path=dict(type='str', default='nvidia-container-runtime'),
     runtime_args=dict(type='list', elements='str'),
-    default_runtime=dict(type='bool', default=False),
+    default_runtime=dict(type='bool'),
     cdi=dict(type='bool'),
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
@@ -289,14 +305,22 @@ def main():
                 daemon_json.option_keys_from_help(help_text))
 
     def mover(src, dest):
-        module.atomic_move(src, dest, unsafe_writes=False)
+        # Not atomic_move: it changes owner and mode by path. The new file already has them (set on its
+        # descriptor); only the SELinux label is copied, in a directory only root can write.
+        if module.selinux_enabled():
+            context = (module.selinux_context(dest) if os.path.exists(dest)
+                       else module.selinux_default_context(dest))
+            module.set_context_if_different(src, context, False)
+        os.rename(src, dest)
 
     try:
         result = daemon_json.converge(
             request, service, api, check_mode=module.check_mode,
-            backup=module.backup_local if params['backup'] else None, mover=mover, dockerd_checks=dockerd_checks)
+            backup=daemon_json.backup_copy if params['backup'] else None, mover=mover, dockerd_checks=dockerd_checks)
     except daemon_json.DaemonJsonError as exc:
         module.fail_json(msg=str(exc), path=params['path'])
+    except (IOError, OSError) as exc:
+        module.fail_json(msg='%s: %s. Nothing more was done.' % (params['path'], exc), path=params['path'])
 
     for warning in result.pop('warnings'):
         module.warn(warning)

@@ -83,7 +83,7 @@ def _expected(original, params, state='present'):
         runtimes[name] = {'path': path, 'runtimeArgs': args or []}
     if params.get('default_runtime'):
         cfg['default-runtime'] = name
-    elif cfg.get('default-runtime') == name:
+    elif params.get('default_runtime') is False and cfg.get('default-runtime') == name:
         del cfg['default-runtime']
     cdi = params.get('cdi')
     if cdi is not None:
@@ -134,10 +134,16 @@ def test_corpus_merge_preserves_everything(name, params_name):
     if text.startswith(dj.BOM):
         assert merged.startswith(dj.BOM)
     nvidia = (original.get('runtimes') or {}).get('nvidia')
+    expected_warnings = 0
     if isinstance(nvidia, dict) and nvidia.get('args') and nvidia['args'] != params.get('runtime_args'):
         assert any('"args": ' in w and 'dockerd ignores' in w for w in warnings)
-    else:
-        assert warnings == []
+        expected_warnings += 1
+    wanted_path = params.get('runtime_path', 'nvidia-container-runtime')
+    if isinstance(nvidia, dict) and 'path' in nvidia and nvidia['path'] != wanted_path:
+        # A path the user had is replaced: the warning names both.
+        assert any(json.dumps(nvidia['path']) in w and json.dumps(wanted_path) in w for w in warnings)
+        expected_warnings += 1
+    assert len(warnings) == expected_warnings, warnings
 
 
 @pytest.mark.parametrize('params_name', sorted(PARAM_SETS))
@@ -399,3 +405,171 @@ def test_compare_running_cdi_on_new_dockerd():
     assert len(diffs) == 1 and 'CDI' in diffs[0] and not removals
     info['CDISpecDirs'] = ['/etc/cdi', '/var/run/cdi']
     assert dj.compare_running(cfg, info, 'nvidia', 'present') == ([], [])
+
+
+# ---------------------------------------------------------------- issue 13: defaults, warnings, bad input, paths
+
+
+def test_default_not_given_keeps_the_users_default():
+    text = read('good', '09-nvidia-ctk-default.json')
+    assert load(text)['default-runtime'] == 'nvidia'
+    merged, unused = dj.merge_text(text, 'x')
+    assert load(merged)['default-runtime'] == 'nvidia'
+    assert dj.merge_text(text, 'x', default_runtime=None)[0] == merged
+    removed, unused = dj.merge_text(text, 'x', default_runtime=False)
+    assert 'default-runtime' not in load(removed)
+    assert dj.Request().default_runtime is None
+
+
+def test_replacing_a_custom_runtime_path_warns_naming_both():
+    text = '{"runtimes": {"nvidia": {"path": "/opt/nvidia/custom-runtime", "runtimeArgs": []}}}\n'
+    merged, warnings = dj.merge_text(text, 'daemon.json')
+    assert load(merged)['runtimes']['nvidia']['path'] == 'nvidia-container-runtime'
+    assert len(warnings) == 1
+    assert '"/opt/nvidia/custom-runtime"' in warnings[0] and '"nvidia-container-runtime"' in warnings[0]
+    assert dj.merge_text(merged, 'daemon.json')[1] == []
+
+
+@pytest.mark.parametrize('text', ['[' * 100000, '{"a":' * 100000 + '1' + '}' * 100000,
+                                  '{"a": ' + '[' * 70 + ']' * 70 + '}'])
+def test_deep_json_is_a_clean_error(text):
+    with pytest.raises(dj.DaemonJsonError, match='daemon.json: JSON nested deeper than 64 levels'):
+        dj.parse_document(text, 'daemon.json')
+
+
+def test_nesting_depth_skips_strings():
+    assert dj.nesting_depth('{"a": "[[[{{{\\"[[", "b": [1, {"c": []}]}') == 4
+    assert dj.nesting_depth('"unterminated [[[') == 0
+    # A configuration as deep as the limit is fine.
+    deep = '{"a": ' + '[' * 63 + ']' * 63 + '}'
+    assert dj.parse_document(deep).value == {'a': json.loads('[' * 63 + ']' * 63)}
+
+
+def test_large_file_is_a_clean_error(tmp_path):
+    path = tmp_path / 'daemon.json'
+    path.write_text('{"labels": ["%s"]}\n' % ('x' * dj.MAX_CONFIG_BYTES))
+    with pytest.raises(dj.DaemonJsonError, match='%s: the file is \\d+ bytes' % re.escape(str(path))):
+        dj.read_config(str(path))
+
+
+def test_fifo_is_not_read(tmp_path):
+    path = str(tmp_path / 'daemon.json')
+    os.mkfifo(path)
+    with pytest.raises(dj.DaemonJsonError, match='not a regular file'):
+        dj.read_config(path)  # returns at once: opened non-blocking
+
+
+def test_writable_directory_is_refused(tmp_path):
+    directory = tmp_path / 'docker'
+    directory.mkdir()
+    for mode in (0o777, 0o775, 0o1777):
+        os.chmod(str(directory), mode)
+        with pytest.raises(dj.DaemonJsonError, match='refusing to use the directory %s: it is writable by'
+                           % re.escape(str(directory))):
+            dj.resolve_path(str(directory / 'daemon.json'))
+    os.chmod(str(directory), 0o755)
+    assert dj.resolve_path(str(directory / 'daemon.json')) == str(directory / 'daemon.json')
+
+
+def test_directory_or_file_owned_by_another_user_is_refused(tmp_path):
+    directory = tmp_path / 'docker'
+    directory.mkdir()
+    path = directory / 'daemon.json'
+    path.write_text('{}\n')
+    os.chown(str(path), 4242, 4242)
+    with pytest.raises(dj.DaemonJsonError, match='the file %s: it is owned by uid 4242' % re.escape(str(path))):
+        dj.read_config(str(path))
+    os.chown(str(path), 0, 0)
+    os.chmod(str(path), 0o646)
+    with pytest.raises(dj.DaemonJsonError, match='is writable by every user'):
+        dj.read_config(str(path))
+    os.chmod(str(path), 0o644)
+    os.chown(str(directory), 4242, 4242)
+    with pytest.raises(dj.DaemonJsonError, match='directory %s: it is owned by uid 4242' % re.escape(str(directory))):
+        dj.resolve_path(str(path))
+
+
+def test_sticky_ancestor_is_fine_but_not_as_the_files_directory(tmp_path):
+    sticky = tmp_path / 'sticky'
+    sticky.mkdir()
+    os.chmod(str(sticky), 0o1777)
+    (sticky / 'docker').mkdir()
+    assert dj.resolve_path(str(sticky / 'docker' / 'daemon.json')) == str(sticky / 'docker' / 'daemon.json')
+    with pytest.raises(dj.DaemonJsonError, match='refusing to use the directory'):
+        dj.resolve_path(str(sticky / 'daemon.json'))
+
+
+def test_links_followed_only_when_trusted(tmp_path):
+    target = tmp_path / 'real.json'
+    target.write_text('{}\n')
+    link = tmp_path / 'daemon.json'
+    os.symlink('real.json', str(link))
+    assert dj.resolve_path(str(link)) == str(target)
+    os.lchown(str(link), 4242, 4242)
+    with pytest.raises(dj.DaemonJsonError, match='the symbolic link %s: it is owned by uid 4242' % re.escape(str(link))):
+        dj.resolve_path(str(link))
+    # A link to a directory another user can write is refused at that directory.
+    open_dir = tmp_path / 'open'
+    open_dir.mkdir()
+    os.chmod(str(open_dir), 0o777)
+    dir_link = tmp_path / 'docker'
+    os.symlink(str(open_dir), str(dir_link))
+    with pytest.raises(dj.DaemonJsonError, match='directory %s' % re.escape(str(open_dir))):
+        dj.resolve_path(str(dir_link / 'daemon.json'))
+    loop = tmp_path / 'loop'
+    os.symlink('loop', str(loop))
+    with pytest.raises(dj.DaemonJsonError, match='too many levels'):
+        dj.resolve_path(str(loop))
+
+
+def test_ensure_directory_tolerates_a_concurrent_creator(tmp_path, monkeypatch):
+    path = str(tmp_path / 'a' / 'b' / 'daemon.json')
+    real_mkdir = os.mkdir
+
+    def racing_mkdir(directory, mode=0o777):
+        real_mkdir(directory, mode)  # another run made it first
+        real_mkdir(directory, mode)
+
+    monkeypatch.setattr(os, 'mkdir', racing_mkdir)
+    assert dj.ensure_directory(path) is False
+    monkeypatch.setattr(os, 'mkdir', real_mkdir)
+    assert os.path.isdir(os.path.dirname(path))
+
+
+def test_ensure_directory_refuses_a_link_where_the_directory_should_be(tmp_path, monkeypatch):
+    path = str(tmp_path / 'docker' / 'daemon.json')
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    os.chmod(str(elsewhere), 0o700)
+    real_mkdir = os.mkdir
+
+    def planted(directory, mode=0o777):
+        os.symlink(str(elsewhere), directory)
+        real_mkdir(directory, mode)
+
+    monkeypatch.setattr(os, 'mkdir', planted)
+    with pytest.raises(dj.DaemonJsonError, match='is not a directory we can use'):
+        dj.ensure_directory(path)
+    assert os.stat(str(elsewhere)).st_mode & 0o777 == 0o700
+
+
+def test_write_failure_names_the_file_and_leaves_no_temp(tmp_path):
+    path = tmp_path / 'daemon.json'
+    path.write_text('{"debug": true}\n')
+
+    def full(src, dest):
+        raise OSError(28, 'No space left on device')
+
+    with pytest.raises(dj.DaemonJsonError, match='%s: cannot write: No space left on device' % re.escape(str(path))):
+        dj.write_atomic(str(path), b'{}\n', mover=full)
+    assert path.read_text() == '{"debug": true}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['daemon.json']
+
+
+def test_backup_copy_keeps_mode_and_content(tmp_path):
+    path = tmp_path / 'daemon.json'
+    path.write_text('{"debug": true}\n')
+    os.chmod(str(path), 0o640)
+    name = dj.backup_copy(str(path))
+    assert name.startswith(str(path) + '.%d.' % os.getpid()) and name.endswith('~')
+    assert open(name).read() == '{"debug": true}\n' and os.stat(name).st_mode & 0o777 == 0o640

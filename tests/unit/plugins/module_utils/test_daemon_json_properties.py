@@ -50,7 +50,7 @@ def documents(draw):
 
 
 PARAMS = st.fixed_dictionaries({
-    'default_runtime': st.booleans(),
+    'default_runtime': st.sampled_from([None, True, False]),
     'cdi': st.sampled_from([None, True, False]),
     'runtime_args': st.sampled_from([None, [], ['--debug']]),
     'runtime_path': st.sampled_from(['nvidia-container-runtime', '/usr/bin/nvidia-container-runtime']),
@@ -70,8 +70,10 @@ def test_merge_keeps_user_data_and_is_idempotent(document, params):
         if name != 'nvidia':
             assert dj.same_value(result['runtimes'][name], runtime)
     assert result['runtimes']['nvidia']['path'] == params['runtime_path']
-    assert (result.get('default-runtime') == 'nvidia') == params['default_runtime'] or (
-        not params['default_runtime'] and result.get('default-runtime') != 'nvidia')
+    if params['default_runtime'] is None:  # not given: left exactly as it was
+        assert dj.same_value(result.get('default-runtime'), config.get('default-runtime'))
+    else:
+        assert (result.get('default-runtime') == 'nvidia') == params['default_runtime']
     if params['cdi'] is not None:
         assert result.get('features', {}).get('cdi', False) == params['cdi']
     assert [k for k in result if k in config] == [k for k in config if k in result]
@@ -91,5 +93,6 @@ def test_nothing_to_do_means_byte_identical(document):
     again, unused = dj.merge_text(merged, 'daemon.json')
     assert again == merged
     if isinstance((config.get('runtimes') or {}).get('nvidia'), dict) and \
-            config['runtimes']['nvidia']['path'] == 'nvidia-container-runtime' and config.get('default-runtime') != 'nvidia':
+            config['runtimes']['nvidia']['path'] == 'nvidia-container-runtime':
+        # default_runtime not given: a "default-runtime" the user set (nvidia or not) stays as it is.
         assert merged == text

@@ -332,3 +332,58 @@ def test_known_keys_pass_with_help(run_module, tmp_path, monkeypatch):
         handle.write('{"debug": true, "log-opts": {}, "labels": ["a=b"], "features": {"buildkit": true}}\n')
     result = run_module({'path': path}, FakeDockerd()).result
     assert result['action'] == 'reload'
+
+
+def test_default_runtime_not_given_keeps_the_users_default(run_module, tmp_path):
+    path = str(tmp_path / 'daemon.json')
+    with open(path, 'w') as handle:
+        handle.write('{\n  "default-runtime": "nvidia",\n  "runtimes": {\n    "nvidia": {\n      "path": '
+                     '"nvidia-container-runtime",\n      "runtimeArgs": []\n    }\n  }\n}\n')
+    dockerd = FakeDockerd(runtimes={'runc': {'path': 'runc'}, 'nvidia': {'path': 'nvidia-container-runtime'}},
+                          default='nvidia')
+    result = run_module({'path': path}, dockerd).result
+    assert not result['changed'] and result['action'] == 'none' and dockerd.calls == []
+    assert json.load(open(path))['default-runtime'] == 'nvidia'
+    result = run_module({'path': path, 'default_runtime': False}, dockerd).result
+    assert result['action'] == 'restart' and 'default-runtime' not in json.load(open(path))
+
+
+def test_apply_none_does_not_need_an_answering_dockerd(run_module, tmp_path, monkeypatch):
+    path = str(tmp_path / 'daemon.json')
+    dockerd = FakeDockerd()
+
+    def hung():
+        raise dj.DaemonJsonError('cannot query dockerd at unix:///fake/docker.sock (GET /info): timed out')
+
+    monkeypatch.setattr(dockerd, 'info', hung)
+    out = run_module({'path': path, 'apply': 'none'}, dockerd)
+    assert not out.failed, out.result
+    assert out.result['changed'] and out.result['action'] == 'deferred' and dockerd.calls == []
+    assert 'nvidia' in json.load(open(path))['runtimes']
+    # Asked to apply, the same dockerd is still an error (nothing written).
+    out = run_module({'path': str(tmp_path / 'other.json')}, dockerd)
+    assert out.failed and 'does not answer' in out.result['msg'] and not os.path.exists(str(tmp_path / 'other.json'))
+
+
+def test_apply_none_ignores_a_dockerd_reading_another_file(run_module, tmp_path, monkeypatch):
+    path = str(tmp_path / 'daemon.json')
+    dockerd = FakeDockerd()
+    dockerd.config_file = lambda: '/etc/docker/daemon.json'
+    monkeypatch.setattr(dockerd, 'info', lambda: pytest.fail('the API of an unrelated dockerd was asked'))
+    result = run_module({'path': path, 'apply': 'none'}, dockerd).result
+    assert result['action'] == 'deferred' and result['dockerd_pid_before'] is None
+    assert 'reads /etc/docker/daemon.json, not this file' in result['msg']
+
+
+def test_write_failure_is_failed_not_a_traceback(run_module, tmp_path, monkeypatch):
+    path = str(tmp_path / 'daemon.json')
+    with open(path, 'w') as handle:
+        handle.write('{}\n')
+
+    def no_space(src, dest):
+        raise OSError(28, 'No space left on device')
+
+    monkeypatch.setattr(docker_runtime.os, 'rename', no_space)
+    out = run_module({'path': path}, FakeDockerd())
+    assert out.failed and out.result['msg'].startswith(path + ': cannot write: No space left on device')
+    assert open(path).read() == '{}\n' and os.listdir(str(tmp_path)) == ['daemon.json']
