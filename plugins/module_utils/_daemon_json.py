@@ -865,7 +865,7 @@ def _write_failed(path, exc, what='write'):
     hint = {errno.EROFS: 'the file system is read-only', errno.ENOSPC: 'the file system is full',
             errno.EDQUOT: 'a disk quota is exceeded', errno.EPERM: 'the file or directory may be immutable '
             '(lsattr; chattr -i)', errno.EACCES: 'permission denied'}.get(getattr(exc, 'errno', None))
-    return DaemonJsonError('%s: cannot %s: %s%s. The file was left as it was and no temporary file was left.'
+    return DaemonJsonError('%s: cannot %s: %s%s. The file was left as it was; no temporary file or backup was left.'
                            % (path, what, reason, ' (%s)' % hint if hint and hint != reason.lower() else ''))
 
 
@@ -931,8 +931,7 @@ def backup_copy(path, like=None):
         try:
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
         except OSError as exc:
-            raise DaemonJsonError('%s: cannot create the backup %s: %s. Nothing was changed.'
-                                  % (path, name, exc.strerror))
+            raise _write_failed(path, exc, 'create the backup %s' % name)
         try:
             while True:
                 chunk = os.read(source, 65536)
@@ -948,8 +947,7 @@ def backup_copy(path, like=None):
                 os.unlink(name)
             except OSError:
                 pass
-            raise DaemonJsonError('%s: cannot write the backup %s: %s. Nothing was changed and no partial backup '
-                                  'was left.' % (path, name, exc.strerror))
+            raise _write_failed(path, exc, 'write the backup %s' % name)
         finally:
             if fd is not None:
                 os.close(fd)
@@ -1518,7 +1516,15 @@ def converge(request, service, api, check_mode=False, backup=None, mover=None, v
                 backup = backup_copy
             if backup is not None and exists:
                 result['backup_file'] = backup(real)
-            write_atomic(real, after_text.encode('utf-8'), mover=mover, like=current.stat)
+            try:
+                write_atomic(real, after_text.encode('utf-8'), mover=mover, like=current.stat)
+            except DaemonJsonError:
+                if result['backup_file']:  # a copy of a file that did not change: not worth keeping
+                    try:
+                        os.unlink(result['backup_file'])
+                    except OSError:
+                        pass
+                raise
 
         if action in ('reload', 'restart'):
             info = _apply(request, service, api, action, result, before_text if exists else None, real, mover,
