@@ -22,6 +22,8 @@ except ImportError:  # pragma: no cover - Python 2 is not supported, kept for th
     import httplib as http_client  # type: ignore
 
 DEFAULT_SOCKET = '/var/run/docker.sock'
+# /info is a few KiB; a larger or deeper answer is refused rather than read (it cannot come from dockerd).
+MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 class DockerAPIError(Exception):
@@ -68,7 +70,7 @@ class DockerAPI(object):
             try:
                 conn.request('GET', url, headers={'Host': 'docker', 'Accept': 'application/json'})
                 response = conn.getresponse()
-                body = response.read()
+                body = response.read(MAX_BODY_BYTES + 1)
             except (socket.error, OSError, http_client.HTTPException) as exc:
                 raise DockerAPIError('cannot query dockerd at unix://%s (GET %s): %s'
                                      % (self.socket_path, url, exc), unreachable=True)
@@ -77,12 +79,15 @@ class DockerAPI(object):
         if response.status != 200:
             raise DockerAPIError('dockerd at unix://%s answered GET %s with HTTP %s: %s'
                                  % (self.socket_path, url, response.status,
-                                    body.decode('utf-8', 'replace').strip()))
+                                    body[:500].decode('utf-8', 'replace').strip()))
+        if len(body) > MAX_BODY_BYTES:
+            raise DockerAPIError('dockerd at unix://%s answered GET %s with more than %d bytes'
+                                 % (self.socket_path, url, MAX_BODY_BYTES))
         try:
             return json.loads(body.decode('utf-8'))
-        except ValueError as exc:
+        except (ValueError, RecursionError, MemoryError) as exc:
             raise DockerAPIError('dockerd at unix://%s answered GET %s with invalid JSON: %s'
-                                 % (self.socket_path, url, exc))
+                                 % (self.socket_path, url, type(exc).__name__ if not str(exc) else exc))
 
     def info(self):
         """``GET /info`` as a dict (``Runtimes``, ``DefaultRuntime``, ``ServerVersion``...)."""

@@ -128,3 +128,34 @@ def test_option_keys_from_real_help():
     assert {'add-runtime', 'debug', 'host', 'tlsverify', 'runtimes', 'hosts', 'features', 'builder'} <= keys
     assert dj.unknown_keys({'debug': 1, 'tls-verify': 1, 'runtimes': {}}, keys) == ['tls-verify']
     assert dj.option_keys_from_help(None) is None and dj.unknown_keys({'x': 1}, None) == []
+
+
+def _serve_once(socket_path, body):
+    import socket
+    import threading
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(socket_path)
+    server.listen(1)
+
+    def answer():
+        conn, unused = server.accept()
+        conn.recv(65536)
+        conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n' % len(body))
+        conn.sendall(body)
+        conn.close()
+        server.close()
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize('body', [b'[' * 100000, b'{"Runtimes": ' * 100000])
+def test_docker_api_deep_answer_is_an_api_error(tmp_path, body):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, DockerAPIError
+    socket_path = str(tmp_path / 'docker.sock')
+    thread = _serve_once(socket_path, body)
+    with pytest.raises(DockerAPIError, match='invalid JSON'):
+        DockerAPI(socket_path, timeout=5).info()
+    thread.join(5)
