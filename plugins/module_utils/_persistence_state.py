@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The per-GPU persistence state file: one format, one reader/writer.
+"""The per-GPU persistence state file and its directory: one format, one reader/writer.
 
 PRIVATE to the gpufleet.nvidia collection. Shared by the gpu_persistence and
 persistenced modules; files/gpufleet-persistenced carries a copy of the small
@@ -26,6 +26,14 @@ Format (JSON, written sorted with a trailing newline)::
   bundled daemon, which drops root, can rewrite it after each set. Writers
   take an exclusive ``flock`` on ``<file>.lock`` for read-modify-write and
   replace the file atomically (temp file in the same directory, fsync, rename).
+
+Security (docs/security.md): root (the modules) reads and writes here, in a
+directory the service user can write. Every access therefore goes through a
+descriptor of the directory opened with O_NOFOLLOW, and every file in it is
+opened with O_NOFOLLOW (and O_NONBLOCK, so a planted FIFO cannot hang us),
+checked with fstat (a regular file, one link, owned by root or the directory's
+owner), created with O_EXCL, and chmod/chown'ed through its descriptor. The
+directory itself is accepted only when it is dedicated (``inspect_dir``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -36,20 +44,60 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
+import pwd
+import stat
+import time
 
 DEFAULT_PATH = '/var/lib/gpufleet/persistence.json'
 FORMAT_VERSION = 1
 MODES = ('enabled', 'disabled')
+# A real state file holds ~100 bytes per GPU; 1 MiB is ten thousand GPUs. Anything bigger is not ours.
+MAX_BYTES = 1024 * 1024
+# The lock is held for one read-modify-write (milliseconds); a holder past this is stuck or hostile.
+LOCK_TIMEOUT = 10.0
+# Written (root-owned, O_EXCL) into a state directory this collection created, so that a later run may
+# hand it to the service user: ownership is only ever changed on directories we made.
+MARKER = '.gpufleet-state-dir'
+MARKER_TEXT = ('This directory was created by gpufleet.nvidia for the persistence state file; '
+               'gpufleet.nvidia may hand it to the persistence daemon\'s service user.\n')
+
+# Directories that belong to the system or to everyone: never a state directory (home directories from
+# the passwd database are added at run time). Everything under the pseudo file systems is refused too.
+SYSTEM_DIRS = frozenset([
+    '/', '/bin', '/boot', '/dev', '/etc', '/home', '/lib', '/lib32', '/lib64', '/libx32', '/lost+found',
+    '/media', '/mnt', '/opt', '/proc', '/root', '/run', '/sbin', '/snap', '/srv', '/sys', '/tmp', '/usr',
+    '/var',
+    '/usr/bin', '/usr/games', '/usr/include', '/usr/lib', '/usr/lib32', '/usr/lib64', '/usr/libexec',
+    '/usr/libx32', '/usr/sbin', '/usr/share', '/usr/src', '/usr/local', '/usr/local/bin', '/usr/local/etc',
+    '/usr/local/games', '/usr/local/include', '/usr/local/lib', '/usr/local/libexec', '/usr/local/man',
+    '/usr/local/sbin', '/usr/local/share', '/usr/local/src',
+    '/var/backups', '/var/cache', '/var/crash', '/var/db', '/var/empty', '/var/lib', '/var/local', '/var/lock',
+    '/var/log', '/var/mail', '/var/opt', '/var/run', '/var/spool', '/var/spool/cron', '/var/tmp', '/var/www',
+    '/var/lib/apt', '/var/lib/containerd', '/var/lib/dbus', '/var/lib/docker', '/var/lib/dpkg', '/var/lib/misc',
+    '/var/lib/rpm', '/var/lib/systemd', '/var/lib/yum', '/var/lib/dnf',
+    '/run/lock', '/run/user', '/run/systemd', '/run/shm',
+    '/etc/alternatives', '/etc/apt', '/etc/cron.d', '/etc/cron.daily', '/etc/cron.hourly', '/etc/cron.monthly',
+    '/etc/cron.weekly', '/etc/default', '/etc/docker', '/etc/init', '/etc/init.d', '/etc/ld.so.conf.d',
+    '/etc/logrotate.d', '/etc/modprobe.d', '/etc/modules-load.d', '/etc/pam.d', '/etc/profile.d',
+    '/etc/security', '/etc/ssh', '/etc/ssl', '/etc/sudoers.d', '/etc/sysconfig', '/etc/sysctl.d',
+    '/etc/systemd', '/etc/systemd/system', '/etc/tmpfiles.d', '/etc/udev', '/etc/udev/rules.d',
+    '/etc/yum.repos.d', '/etc/rc.d', '/etc/rc0.d', '/etc/rc1.d', '/etc/rc2.d', '/etc/rc3.d', '/etc/rc4.d',
+    '/etc/rc5.d', '/etc/rc6.d', '/etc/rcS.d', '/etc/nvidia-container-runtime', '/etc/containerd', '/etc/crio',
+])
+PSEUDO_ROOTS = ('/proc/', '/sys/', '/dev/', '/boot/')
 
 
 class StateError(Exception):
-    """The state file is unreadable, malformed, or of a newer format."""
+    """The state file or its directory is unusable; the message names it and says what to do."""
 
 
 def empty_state():
     return {'format_version': FORMAT_VERSION, 'default_mode': None, 'gpus': {}}
 
+
+# --------------------------------------------------------------------------
+# The format
+# --------------------------------------------------------------------------
 
 def parse(text, path=DEFAULT_PATH):
     """Parse and validate state file text; an empty text is an empty state."""
@@ -59,10 +107,13 @@ def parse(text, path=DEFAULT_PATH):
         data = json.loads(text)
     except ValueError as exc:
         raise StateError('%s is not valid JSON (%s); fix or remove it' % (path, exc))
+    except RecursionError:
+        raise StateError('%s is nested too deeply to be a state file; fix or remove it' % path)
     if not isinstance(data, dict):
         raise StateError('%s must hold a JSON object, not %s' % (path, type(data).__name__))
     version = data.get('format_version')
-    if version != FORMAT_VERSION:
+    # bool is an int in Python (True == 1): the version must be the number itself
+    if isinstance(version, bool) or version != FORMAT_VERSION:
         raise StateError('%s has format_version %r; this version of gpufleet.nvidia reads only %d'
                          % (path, version, FORMAT_VERSION))
     default = data.get('default_mode')
@@ -75,28 +126,15 @@ def parse(text, path=DEFAULT_PATH):
     for uuid, entry in gpus.items():
         if not isinstance(entry, dict) or entry.get('mode') not in MODES:
             raise StateError('%s: GPU %s needs "mode": "enabled" or "disabled"' % (path, uuid))
-        clean[uuid] = {'mode': entry['mode'], 'pci_bus_id': entry.get('pci_bus_id')}
+        bus_id = entry.get('pci_bus_id')
+        if bus_id is not None and not isinstance(bus_id, str):
+            raise StateError('%s: GPU %s has a "pci_bus_id" that is not a string' % (path, uuid))
+        clean[uuid] = {'mode': entry['mode'], 'pci_bus_id': bus_id}
     return {'format_version': FORMAT_VERSION, 'default_mode': default, 'gpus': clean}
 
 
 def serialize(state):
     return json.dumps(state, indent=2, sort_keys=True) + '\n'
-
-
-def load(path=DEFAULT_PATH):
-    """Read the state file; a missing file is an empty state."""
-    try:
-        with open(path, 'rb') as handle:
-            raw = handle.read()
-    except IOError as exc:
-        if exc.errno == errno.ENOENT:
-            return empty_state()
-        raise StateError('cannot read %s: %s' % (path, exc.strerror))
-    try:
-        text = raw.decode('utf-8')
-    except UnicodeDecodeError as exc:
-        raise StateError('%s is not UTF-8 text (%s); fix or remove it' % (path, exc))
-    return parse(text, path)
 
 
 def mode_for(state, uuid):
@@ -123,45 +161,442 @@ def with_modes(state, gpus, default_mode=False):
     return new
 
 
-def _write_atomic(path, text, owner=None):
-    directory = os.path.dirname(path) or '.'
-    fd, tmp = tempfile.mkstemp(prefix='.persistence.', suffix='.tmp', dir=directory)
+# --------------------------------------------------------------------------
+# The directory: dedicated, or refused
+# --------------------------------------------------------------------------
+
+def check_path(path):
+    """The state file's path is absolute and normalised, and its directory not a system one.
+
+    Returns the directory. Pure: no file system access besides the passwd database.
+    """
+    if not path or not path.startswith('/'):
+        raise StateError('state file %r must be an absolute path' % (path,))
+    parts = path.split('/')
+    if '..' in parts or '.' in parts or os.path.normpath(path) != path or path.startswith('//'):
+        raise StateError('state file %s must be a normalised path (no "..", ".", "//" or trailing "/"): '
+                         'write it as %s if that is what you mean' % (path, os.path.normpath(path)))
+    name = os.path.basename(path)
+    if name in ('', MARKER) or name.endswith('.lock'):
+        raise StateError('state file %s: %r cannot be a state file name' % (path, name))
+    directory = os.path.dirname(path)
+    if is_system_dir(directory):
+        raise StateError('state file %s would live directly in %s, a directory shared with the system or other '
+                         'users, which the state file\'s directory cannot be (it is handed to the service user): '
+                         'use a directory of its own such as %s' % (path, directory, os.path.dirname(DEFAULT_PATH)))
+    return directory
+
+
+def home_dirs():
+    homes = set()
     try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        if owner is not None:
-            os.chown(tmp, owner[0], owner[1])
-        os.rename(tmp, path)
-    except Exception:
+        for entry in pwd.getpwall():
+            if entry.pw_dir and entry.pw_dir.startswith('/'):
+                homes.add(os.path.normpath(entry.pw_dir))
+    except (OSError, KeyError):
+        pass
+    return homes
+
+
+def is_system_dir(directory, homes=None):
+    directory = os.path.normpath(directory)
+    if directory in SYSTEM_DIRS or any((directory + '/').startswith(root) for root in PSEUDO_ROOTS):
+        return True
+    return directory in (home_dirs() if homes is None else homes)
+
+
+def _owner_name(uid):
+    try:
+        return '%s (uid %d)' % (pwd.getpwuid(uid).pw_name, uid)
+    except KeyError:
+        return 'uid %d' % uid
+
+
+def inspect_dir(directory, owners, lstat=os.lstat, realpath=os.path.realpath, homes=None):
+    """Facts about a would-be state directory, or StateError when it is not dedicated.
+
+    ``owners``: the uids allowed to own it (root and the service user). Checks that every existing
+    ancestor (symlinks resolved) is a root-owned directory nobody else can write (or sticky), that the
+    directory is not a system or home directory, not a symlink and owned by one of ``owners``.
+    Returns a dict: ``exists``; when it exists ``uid``, ``gid``, ``mode``, ``marked`` (it holds our
+    root-owned marker, i.e. we created it); ``create`` (the missing directories, outermost first).
+    """
+    owners = set(owners) | {0}
+    parent = os.path.dirname(directory)
+    real_parent = realpath(parent)
+    for candidate in (directory, os.path.join(real_parent, os.path.basename(directory))):
+        if is_system_dir(candidate, homes):
+            raise StateError('%s is a system or home directory (%s); the state file needs a directory of its own, '
+                             'such as %s' % (directory, candidate, os.path.dirname(DEFAULT_PATH)))
+    # Ancestors: an existing one that another user can write would let that user swap what we work on.
+    create = []
+    path = real_parent
+    chain = []
+    while True:
+        chain.append(path)
+        if path == '/':
+            break
+        path = os.path.dirname(path)
+    for ancestor in reversed(chain):
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(directory, os.O_RDONLY)
+            st = lstat(ancestor)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                create.append(ancestor)
+                continue
+            raise StateError('cannot inspect %s (a parent of the state directory %s): %s'
+                             % (ancestor, directory, exc.strerror))
+        if create:
+            # realpath said it did not exist a moment ago
+            raise StateError('%s changed while it was being inspected; run again' % ancestor)
+        if not stat.S_ISDIR(st.st_mode):
+            raise StateError('%s (a parent of the state directory %s) is not a directory' % (ancestor, directory))
+        if st.st_uid != 0:
+            raise StateError('%s (a parent of the state directory %s) is owned by %s, not root, who could swap the '
+                             'state directory for a link: put the state file under a root-owned directory'
+                             % (ancestor, directory, _owner_name(st.st_uid)))
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise StateError('%s (a parent of the state directory %s) is writable by group or others (mode %04o), '
+                             'who could swap the state directory for a link: put the state file under a directory '
+                             'only root can write' % (ancestor, directory, stat.S_IMODE(st.st_mode)))
+    target = os.path.join(real_parent, os.path.basename(directory))
+    if create:
+        return {'exists': False, 'create': create + [target]}
     try:
-        os.fsync(dfd)
+        st = lstat(target)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return {'exists': False, 'create': [target]}
+        raise StateError('cannot inspect the state directory %s: %s' % (directory, exc.strerror))
+    if stat.S_ISLNK(st.st_mode):
+        raise StateError('the state directory %s is a symbolic link; the state file needs a real directory of its '
+                         'own: remove the link (the module creates the directory) or name the target directly'
+                         % directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateError('the state directory %s exists and is not a directory' % directory)
+    if st.st_uid not in owners:
+        raise StateError('the state directory %s is owned by %s, who is neither root nor the persistence daemon\'s '
+                         'service user: it is not dedicated to the state file. Choose a state_file in a directory '
+                         'that does not exist yet (the module creates it), or chown the directory yourself if it '
+                         'really is dedicated' % (directory, _owner_name(st.st_uid)))
+    marked = False
+    if st.st_uid == 0:
+        try:
+            mst = lstat(os.path.join(target, MARKER))
+            marked = stat.S_ISREG(mst.st_mode) and mst.st_uid == 0 and mst.st_nlink == 1
+        except OSError:
+            marked = False
+    return {'exists': True, 'create': [], 'uid': st.st_uid, 'gid': st.st_gid, 'mode': stat.S_IMODE(st.st_mode),
+            'marked': marked, 'path': target}
+
+
+def open_dir(directory):
+    """A descriptor of ``directory``; its last component may not be a symlink."""
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0))
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise StateError('the state directory %s is not a directory (a symbolic link?); it must be a real '
+                             'directory of its own' % directory)
+        raise StateError('cannot open the state directory %s: %s' % (directory, exc.strerror))
+
+
+def create_dir(directory, facts):
+    """Create the missing directories of ``facts['create']`` (root, 0755); the last gets our marker.
+
+    The parents were checked root-owned and writable only by root, so nobody can race us here.
+    Returns a descriptor of the new directory.
+    """
+    for path in facts['create']:
+        try:
+            os.mkdir(path, 0o755)
+        except OSError as exc:
+            if exc.errno == errno.EEXIST and path != facts['create'][-1]:
+                continue
+            raise StateError('cannot create the state directory %s: %s' % (path, exc.strerror))
+    dfd = open_dir(facts['create'][-1])
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid != 0:
+            raise StateError('the state directory %s changed owner while it was being created; run again' % directory)
+        os.fchmod(dfd, 0o755)  # mkdir's mode went through the umask
+        fd = os.open(MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0),
+                     0o644, dir_fd=dfd)
+        try:
+            os.write(fd, MARKER_TEXT.encode('ascii'))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        os.close(dfd)
+        raise StateError('cannot mark the new state directory %s as ours: %s' % (directory, exc.strerror))
+    except StateError:
+        os.close(dfd)
+        raise
+    return dfd
+
+
+def hand_over(directory, owners, uid, gid, may_chown):
+    """Give the state directory to the service user, through a descriptor (never by path).
+
+    ``may_chown``: the directory is ours (just created, or marked, or already the service user's).
+    Re-checks what ``inspect_dir`` saw on the descriptor itself, so a swap in between is refused.
+    """
+    dfd = open_dir(directory)
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid not in set(owners) | {0}:
+            raise StateError('the state directory %s changed owner (now %s) while it was being handed over; run '
+                             'again' % (directory, _owner_name(st.st_uid)))
+        if st.st_uid == 0 and st.st_uid != uid and not (may_chown or _marked(dfd)):
+            raise StateError('the state directory %s exists, owned by root, and was not created by gpufleet.nvidia, '
+                             'so it is not handed to the service user: choose a state_file in a directory that does '
+                             'not exist yet (the module creates it), or chown it yourself if it is dedicated'
+                             % directory)
+        if (st.st_uid, st.st_gid) != (uid, gid):
+            os.fchown(dfd, uid, gid)
+        if stat.S_IMODE(st.st_mode) != 0o755:
+            os.fchmod(dfd, 0o755)
+    except OSError as exc:
+        raise StateError('cannot hand the state directory %s to uid %d: %s' % (directory, uid, exc.strerror))
     finally:
         os.close(dfd)
 
 
-def update(path, change, owner=None):
+def _marked(dfd):
+    try:
+        st = os.stat(MARKER, dir_fd=dfd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == 0 and st.st_nlink == 1
+
+
+# --------------------------------------------------------------------------
+# Reading and writing, through the directory's descriptor
+# --------------------------------------------------------------------------
+
+def _open_flags():
+    return os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0)
+
+
+def _check_file(fd, path, dir_uid, what):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise StateError('%s is not a regular file; remove it (the %s is recreated)' % (path, what))
+    if st.st_nlink != 1:
+        raise StateError('%s has %d hard links; a %s has one: remove it' % (path, st.st_nlink, what))
+    if st.st_uid not in (0, dir_uid):
+        raise StateError('%s is owned by %s, neither root nor its directory\'s owner: remove it'
+                         % (path, _owner_name(st.st_uid)))
+    return st
+
+
+def _read_at(dfd, name, path, dir_uid):
+    """The state file's bytes, or None when it does not exist."""
+    try:
+        fd = os.open(name, _open_flags(), dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        if exc.errno == errno.ELOOP:
+            raise StateError('%s is a symbolic link; the state file must be a regular file: remove the link'
+                             % path)
+        raise StateError('cannot read %s: %s' % (path, exc.strerror))
+    try:
+        st = _check_file(fd, path, dir_uid, 'state file')
+        if st.st_size > MAX_BYTES:
+            raise StateError('%s is %d bytes, more than a state file can be (%d): fix or remove it'
+                             % (path, st.st_size, MAX_BYTES))
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_BYTES:
+                raise StateError('%s grew past %d bytes while being read: fix or remove it' % (path, MAX_BYTES))
+            chunks.append(chunk)
+        return b''.join(chunks)
+    except OSError as exc:
+        raise StateError('cannot read %s: %s' % (path, exc.strerror))
+    finally:
+        os.close(fd)
+
+
+def _decode(raw, path):
+    if raw is None:
+        return empty_state()
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as exc:
+        raise StateError('%s is not UTF-8 text (%s); fix or remove it' % (path, exc))
+    return parse(text, path)
+
+
+def load(path=DEFAULT_PATH):
+    """Read the state file; a missing file (or directory) is an empty state."""
+    directory, name = os.path.split(path)
+    try:
+        dfd = os.open(directory or '.', os.O_RDONLY | os.O_DIRECTORY | getattr(os, 'O_CLOEXEC', 0))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return empty_state()
+        raise StateError('cannot read %s: its directory %s: %s' % (path, directory, exc.strerror))
+    try:
+        dir_uid = os.fstat(dfd).st_uid
+        return _decode(_read_at(dfd, name, path, dir_uid), path)
+    finally:
+        os.close(dfd)
+
+
+def _lock(dfd, name, path, owner, timeout):
+    """An exclusive flock on ``<file>.lock``, opened without following links."""
+    lock_path = path + '.lock'
+    for _attempt in range(10):
+        try:
+            fd = os.open(name, _open_flags(), dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StateError('the lock file %s is a symbolic link: remove it' % lock_path)
+            if exc.errno != errno.ENOENT:
+                raise StateError('cannot open the lock file %s: %s' % (lock_path, exc.strerror))
+            try:
+                # O_EXCL: never through a link planted in between
+                fd = os.open(name, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
+                             getattr(os, 'O_CLOEXEC', 0), 0o644, dir_fd=dfd)
+            except OSError as exc2:
+                if exc2.errno == errno.EEXIST:
+                    continue
+                raise StateError('cannot create the lock file %s: %s' % (lock_path, exc2.strerror))
+            if owner is not None:
+                try:
+                    os.fchown(fd, owner[0], owner[1])
+                except OSError as exc2:
+                    os.close(fd)
+                    raise StateError('cannot chown the lock file %s: %s' % (lock_path, exc2.strerror))
+        break
+    else:
+        raise StateError('the lock file %s keeps changing under us; run again' % lock_path)
+    try:
+        _check_file(fd, lock_path, owner[0] if owner else os.fstat(dfd).st_uid, 'lock file')
+        deadline = time.time() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise StateError('cannot lock %s: %s' % (lock_path, exc.strerror))
+            if time.time() > deadline:
+                raise StateError('%s stayed locked by another process for %ss; is a writer stuck?'
+                                 % (lock_path, timeout))
+            time.sleep(0.02)
+    except Exception:
+        os.close(fd)
+        raise
+
+
+def _write_at(dfd, name, path, text, owner):
+    """Atomic replace: a fresh O_EXCL temp file, fchmod/fchown on it, fsync, rename, fsync the directory.
+
+    Any failure leaves the old file as it was and removes the temp file.
+    """
+    tmp = None
+    fd = None
+    try:
+        for _attempt in range(100):
+            candidate = '.%s.%s.tmp' % (name, os.urandom(6).hex())
+            try:
+                fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
+                             getattr(os, 'O_CLOEXEC', 0), 0o600, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno == errno.EEXIST:
+                    continue
+                raise
+            tmp = candidate
+            break
+        else:
+            raise OSError(errno.EEXIST, 'no free temporary file name')
+        data = text.encode('utf-8')
+        while data:
+            data = data[os.write(fd, data):]
+        if owner is not None:
+            os.fchown(fd, owner[0], owner[1])
+        os.fchmod(fd, 0o644)
+        os.fsync(fd)
+        os.close(fd)
+        fd = None
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        tmp = None
+        os.fsync(dfd)
+    except OSError as exc:
+        raise StateError('cannot write %s: %s; the file was left as it was' % (path, exc.strerror or exc))
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if tmp is not None:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+
+
+def update(path, change, owner=None, timeout=LOCK_TIMEOUT):
     """Locked read-modify-write. ``change(state) -> new_state``.
 
     Returns ``(before, after)``; the file is only rewritten when they differ.
-    ``owner`` (uid, gid) sets the ownership of a newly written file.
+    ``owner`` (uid, gid) owns a newly written file and lock; by default the directory's owner, so the
+    service user (who owns the directory) keeps owning what is in it.
     """
-    # Read-only is enough for flock, so root- and user-created lock files both work.
-    lock_fd = os.open(path + '.lock', os.O_RDONLY | os.O_CREAT, 0o644)
+    directory, name = os.path.split(path)
+    dfd = open_dir(directory or '.')
     try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        before = load(path)
-        after = change(before)
-        if after != before:
-            _write_atomic(path, serialize(after), owner)
-        return before, after
+        if owner is None:
+            st = os.fstat(dfd)
+            owner = (st.st_uid, st.st_gid)
+        lock_fd = _lock(dfd, name + '.lock', path, owner, timeout)
+        try:
+            before = _decode(_read_at(dfd, name, path, owner[0]), path)
+            after = change(before)
+            if after != before:
+                _write_at(dfd, name, path, serialize(after), owner)
+            return before, after
+        finally:
+            os.close(lock_fd)
     finally:
-        os.close(lock_fd)
+        os.close(dfd)
+
+
+# --------------------------------------------------------------------------
+# Who may own the state directory
+# --------------------------------------------------------------------------
+
+RUN_DIR = '/var/run/nvidia-persistenced'
+DEFAULT_SERVICE_USER = 'nvidia-persistenced'
+
+
+def service_owners(service_user=None, run_dir=RUN_DIR, getpwnam=pwd.getpwnam, lstat=os.lstat):
+    """The uids, besides root, that may own the state directory.
+
+    ``service_user`` when given (StateError when it does not exist). Otherwise whoever owns the
+    daemon's run directory (root made it and handed it to the service user; its parent is root's)
+    and the account ``nvidia-persistenced`` if it exists.
+    """
+    if service_user:
+        try:
+            return {getpwnam(service_user).pw_uid}
+        except KeyError:
+            raise StateError('service_user %s does not exist: name the account the persistence daemon runs as'
+                             % service_user)
+    uids = set()
+    try:
+        st = lstat(run_dir)
+        if stat.S_ISDIR(st.st_mode):
+            uids.add(st.st_uid)
+    except OSError:
+        pass
+    try:
+        uids.add(getpwnam(DEFAULT_SERVICE_USER).pw_uid)
+    except KeyError:
+        pass
+    uids.discard(0)
+    return uids

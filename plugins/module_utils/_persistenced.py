@@ -15,8 +15,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import errno
 import os
 import re
+import stat
 import zlib
 
 try:
@@ -73,7 +75,8 @@ def daemon_argv(params, daemon_path, kind):
     argv = [daemon_path]
     if params['user'] != 'root':
         argv += ['--user', params['user']]
-        if params.get('group') and params['group'] != params['user']:
+        # the daemon's default group is the user's primary group (a new user's is named like it)
+        if params.get('group') and params['group'] != params.get('primary_group', params['user']):
             argv += ['--group', params['group']]
     argv.append('--persistence-mode' if params['persistence_mode'] else '--no-persistence-mode')
     if params.get('uvm_persistence_mode') is not None:
@@ -112,9 +115,16 @@ def render_systemd(params, daemon_path, kind):
         '',
         '[Service]',
         'Type=forking',
-        # /run is a tmpfs: make the run directory, owned by the service user, at every start, and remove it
-        # at stop (the daemon has dropped root by then and cannot). RuntimeDirectory= would make it root's,
-        # and NVIDIA's daemon does not hand over a directory it did not create.
+        # A fresh run directory at every start, owned by the service user, and none after stop (the daemon
+        # has dropped root by then and cannot remove it). RuntimeDirectory= would make it root's, and NVIDIA's
+        # daemon does not hand over a directory it did not create.
+        # Fresh, because the daemon starts as root and opens its pid file in there (NVIDIA's without
+        # O_NOFOLLOW): anything the service user left behind (a link at the pid file) must be gone first.
+        # Root steps here, against docs/security.md: rm -r removes entries and never follows a link (GNU rm
+        # walks with openat/O_NOFOLLOW and checks each directory it enters); install -d makes the directory in
+        # /run, which only root can write, then chowns/chmods that directory (not anything inside it) by path,
+        # before anyone else owns it.
+        'ExecStartPre=/bin/rm -rf /run/nvidia-persistenced',
         'ExecStartPre=/usr/bin/install -d -m 0755 -o %s -g %s /run/nvidia-persistenced' % (params['user'],
                                                                                            params['group']),
         'PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid',
@@ -157,14 +167,22 @@ NAME=%(service)s
 DAEMON=%(daemon)s
 RUN_DIR=%(run_dir)s
 PIDFILE="$RUN_DIR/nvidia-persistenced.pid"
+RUN_USER=%(user)s
 RUN_OWNER=%(owner)s
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
+# This script runs as root; the run directory belongs to the service user. Inside it, root only reads
+# the pid file without following a link and without blocking (dd iflag=nofollow,nonblock: a planted link
+# or FIFO reads as nothing), and trusts the pid only if that process runs as the service user and is a
+# persistence daemon, so a forged pid file cannot make root signal anyone else's process.
 running() {
-    [ -r "$PIDFILE" ] || return 1
-    pid=$(cat "$PIDFILE" 2>/dev/null)
-    [ -n "$pid" ] || return 1
+    pid=$(dd if="$PIDFILE" bs=32 count=1 iflag=nofollow,nonblock 2>/dev/null | tr -d ' \n')
+    case "$pid" in
+        ''|*[!0-9]*) return 1 ;;
+    esac
     kill -s 0 "$pid" 2>/dev/null || return 1
+    uid=$(sed -n 's/^Uid:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
+    [ -n "$uid" ] && [ "$uid" = "$(id -u "$RUN_USER" 2>/dev/null)" ] || return 1
     # the pid is a persistence daemon (not a recycled pid): its program name says so
     tr '\000' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -n 2 | grep -q persistenced
 }
@@ -178,8 +196,11 @@ do_start() {
         echo "$NAME: $DAEMON is not installed" >&2
         return 5
     fi
-    # /var/run is a tmpfs: make the run directory at every start.
-    mkdir -p "$RUN_DIR" && chmod 0755 "$RUN_DIR" && chown "$RUN_OWNER" "$RUN_DIR" || return 1
+    # /var/run is a tmpfs: make the run directory at every start, fresh, since the daemon starts as root
+    # and opens its pid file in there: whatever the service user left (a link at the pid file) goes first.
+    # rm -r never follows a link; mkdir, chmod and chown act on the run directory itself, whose parent
+    # only root can write, before the service user owns it.
+    rm -rf "$RUN_DIR" && mkdir -m 0755 "$RUN_DIR" && chown "$RUN_OWNER" "$RUN_DIR" || return 1
     %(start)s || return 1
 %(post_start)s    return 0
 }
@@ -217,7 +238,7 @@ case "$1" in
         if running; then
             echo "$NAME is running (pid $pid)"
             exit 0
-        elif [ -e "$PIDFILE" ]; then
+        elif [ -e "$PIDFILE" ] || [ -L "$PIDFILE" ]; then
             echo "$NAME is not running but $PIDFILE exists"
             exit 1
         fi
@@ -249,6 +270,7 @@ def render_sysvinit(params, daemon_path, kind):
         'daemon': sh_quote(daemon_path),
         'run_dir': RUN_DIR,
         'owner': sh_quote(owner),
+        'user': sh_quote(params['user']),
         'start': ' '.join(['"$DAEMON"'] + [sh_quote(a) for a in argv[1:]]),
         'post_start': post_start,
         'reload': reload_body,
@@ -269,9 +291,11 @@ def render_upstart(params, daemon_path, kind):
         'respawn',
         'respawn limit 5 60',
         '',
+        # a fresh run directory at every start (see the SysV script): rm -r never follows a link, and
+        # mkdir/chown act on the directory itself, in /var/run, which only root can write
         'pre-start script',
-        '    mkdir -p %s' % RUN_DIR,
-        '    chmod 0755 %s' % RUN_DIR,
+        '    rm -rf %s' % RUN_DIR,
+        '    mkdir -m 0755 %s' % RUN_DIR,
         '    chown %s %s' % (sh_quote(owner), RUN_DIR),
         'end script',
         '',
@@ -473,14 +497,35 @@ class ServiceError(Exception):
     """An init-system command failed."""
 
 
+def read_pid_file(pid_file):
+    """The number in a pid file, read without following a link or blocking on a FIFO, else None.
+
+    The pid file lives in the run directory, which the service user owns; root reads it.
+    """
+    try:
+        fd = os.open(pid_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 64).decode('ascii', 'replace').strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def pid_alive(pid_file):
     """The pid in ``pid_file`` when that process runs a persistence daemon, else None."""
+    pid = read_pid_file(pid_file)
+    if pid is None:
+        return None
     try:
-        with open(pid_file) as handle:
-            pid = int(handle.read().strip() or '0')
         with open('/proc/%d/cmdline' % pid, 'rb') as handle:
             cmdline = handle.read()
-    except (IOError, OSError, ValueError):
+    except (IOError, OSError):
         return None
     # The program (or, for the bundled daemon, the script run by python) names a persistence daemon.
     return pid if any(b'persistenced' in os.path.basename(arg) for arg in cmdline.split(b'\0')[:2]) else None
@@ -495,3 +540,35 @@ def process_uid(pid):
     except (IOError, OSError, ValueError, IndexError):
         return None
     return None
+
+
+# Accounts many services share: a daemon running as one of them shares its run and state directories
+# (and the power to plant links there) with every other program running as it.
+SHARED_ACCOUNTS = frozenset(['nobody', 'nfsnobody', 'nogroup', 'daemon', 'bin', 'sys', 'adm', 'games', 'man',
+                             'lp', 'mail', 'news', 'uucp', 'proxy', 'www-data', 'backup', 'list', 'irc', 'gnats',
+                             'operator', 'ftp', 'sync'])
+NOLOGIN_SHELLS = frozenset(['/usr/sbin/nologin', '/sbin/nologin', '/bin/false', '/usr/bin/false', '/bin/true',
+                            '/usr/bin/true', '/sbin/shutdown', '/sbin/halt', '/bin/sync', ''])
+FIRST_REGULAR_UID = 1000  # login.defs UID_MIN on Debian, Ubuntu and EL
+
+
+def account_warnings(name, uid, shell):
+    """Why an existing account is a poor service user (empty when it is fine).
+
+    Kept simple on purpose: a name or uid that is shared by convention (nobody, daemon, www-data, uid
+    65534), a login shell, or a uid in the range of people's accounts. The account this module creates
+    (a system uid, no login shell, its own name) gets no warning.
+    """
+    if uid == 0:
+        return []
+    found = []
+    if name in SHARED_ACCOUNTS or uid in (65534, 4294967294):
+        found.append('%s is an account shared with other services, which can then tamper with the daemon\'s run '
+                     'and state directories; a dedicated account (the default nvidia-persistenced) is safer' % name)
+    if shell not in NOLOGIN_SHELLS and not shell.endswith('/nologin'):
+        found.append('%s has a login shell (%s): whoever can log in as it controls the daemon\'s run and state '
+                     'directories; give it /usr/sbin/nologin or use a dedicated account' % (name, shell))
+    if uid >= FIRST_REGULAR_UID:
+        found.append('%s (uid %d) looks like a person\'s account, not a system account: use a dedicated system '
+                     'account for the daemon' % (name, uid))
+    return found

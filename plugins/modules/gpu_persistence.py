@@ -61,12 +61,31 @@ options:
     type: bool
     default: true
   state_file:
-    description: The per-GPU state file shared with the persistence daemon.
+    description:
+      - The per-GPU state file shared with the persistence daemon.
+      - Its directory must be dedicated to it, since the persistence daemon's service user owns it. It must be an
+        absolute, normalised path (no V(..)), not a system or home directory (V(/etc), V(/var/lib), V(/tmp), ...),
+        not a symbolic link, owned by root or the service user (see O(service_user)), below directories only root
+        can write. A missing directory is created (root, mode 0755, with a C(.gpufleet-state-dir) marker that lets
+        M(gpufleet.nvidia.persistenced) hand it to the service user later).
+      - The state file is at most 1 MiB; a larger, deeper or otherwise malformed file is an error naming it.
     type: path
     default: /var/lib/gpufleet/persistence.json
+  service_user:
+    description:
+      - The account the persistence daemon runs as (O(gpufleet.nvidia.persistenced#module:user)); besides root,
+        only it may own the state file's directory.
+      - Unset accepts the owner of the daemon's run directory C(/var/run/nvidia-persistenced) and the account
+        C(nvidia-persistenced).
+    type: str
 notes:
   - Changing persistence mode needs root (C(become=true)); NVIDIA's daemon 555 and newer, and the bundled daemon,
     refuse other users.
+  - The state file is updated as root in a directory the service user can write, so nothing there is trusted
+    by path. The directory is opened once without following links, the lock and temp files are created with
+    C(O_EXCL)/C(O_NOFOLLOW), existing files must be regular files with one link owned by root or the directory's
+    owner, and modes and owners are set on descriptors. A write that fails (read-only file system, no space,
+    permission, immutable file) leaves the old file as it was and no temp file.
 seealso:
   - module: gpufleet.nvidia.gpu_info
   - module: gpufleet.nvidia.persistenced
@@ -187,6 +206,7 @@ def main():
         )),
         persist=dict(type='bool', default=True),
         state_file=dict(type='path', default=state.DEFAULT_PATH),
+        service_user=dict(type='str'),
     )
     argument_spec.update(_gpu.ACCESS_ARGUMENT_SPEC)
     module = AnsibleModule(
@@ -210,7 +230,10 @@ def main():
     state_before = state_after = None
     if params['persist']:
         try:
-            state_before = state.load(params['state_file'])
+            directory = state.check_path(params['state_file'])
+            owners = state.service_owners(params['service_user'])
+            facts = state.inspect_dir(directory, owners)
+            state_before = state.load(params['state_file']) if facts['exists'] else state.empty_state()
             entries, default = recorded_modes(report, params)
             state_after = state.with_modes(state_before, entries, default)
         except state.StateError as exc:
@@ -224,13 +247,14 @@ def main():
         except _gpu.GpuError as exc:
             module.fail_json(msg=str(exc), gpus=report)
         if state_changed:
-            directory = os.path.dirname(params['state_file'])
             try:
-                if not os.path.isdir(directory):
-                    os.makedirs(directory, 0o755)
+                # inspected again: the first look was before the GPUs changed
+                facts = state.inspect_dir(directory, owners)
+                if not facts['exists']:
+                    os.close(state.create_dir(directory, facts))
                 entries, default = recorded_modes(report, params)
                 state.update(params['state_file'], lambda current: state.with_modes(current, entries, default))
-            except (OSError, IOError, state.StateError) as exc:
+            except state.StateError as exc:
                 module.fail_json(msg='%s: GPU modes were set but could not be recorded in %s: %s; they will not '
                                  'survive a daemon restart until this is fixed' % (_gpu.host(), params['state_file'], exc),
                                  gpus=report)

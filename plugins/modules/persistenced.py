@@ -17,8 +17,13 @@ description:
     daemon, all in one round trip.
   - The daemon is NVIDIA's C(nvidia-persistenced) from the driver, or the collection's bundled drop-in
     C(gpufleet-persistenced) when the driver's is absent (O(daemon=auto)) or asked for (O(daemon=bundled)).
-  - The run directory C(/var/run/nvidia-persistenced) is made by the init system at every start (systemd
-    C(RuntimeDirectory=), the SysV script's C(start), the Upstart job's C(pre-start)) because C(/run) is a tmpfs.
+  - The run directory C(/var/run/nvidia-persistenced) is made afresh, owned by the service user, by the service
+    definition at every start (the systemd unit's C(ExecStartPre=), the SysV script's C(start), the Upstart job's
+    C(pre-start)) and removed at stop; the daemon starts as root and opens its pid file there, so nothing the
+    service user left behind may survive into the next start. (systemd's C(RuntimeDirectory=) is not used: it would
+    make the directory root's, and NVIDIA's daemon does not hand over a directory it did not create.)
+  - The state file's directory is handed to the service user (so the bundled daemon can record per-GPU modes) only
+    when it is dedicated and this collection created it; see O(state_file).
   - A running daemon is left alone unless its service definition, options or (bundled) program changed; then it is
     restarted once. NVIDIA's daemon resets every GPU to its global default when it starts, so the service runs
     C(gpufleet-persistenced --apply-saved-modes) right after it, which restores the per-GPU modes that
@@ -73,10 +78,15 @@ options:
     description:
       - Account the daemon runs as after start-up. Drivers 560 and newer no longer create it; this module does.
       - V(root) keeps the daemon as root, which coherent-NVLink systems (GH200) need for NUMA memory onlining.
+      - An existing account is used as it is. One that other services share (V(nobody), V(daemon), V(www-data),
+        uid 65534), that has a login shell, or whose uid is in the range of people's accounts (1000 and up) gets a
+        warning, since whoever runs as it controls the daemon's run and state directories.
     type: str
     default: nvidia-persistenced
   group:
-    description: Primary group of O(user); defaults to a group named like the user (V(root) for root).
+    description:
+      - Group of the daemon. Unset, an existing O(user) keeps its own primary group (no group is created); a user
+        this module creates gets a new group named like it (V(root) for root).
     type: str
   create_user:
     description: Create O(user) (a system account with no login shell and home C(/)) and O(group) when missing.
@@ -108,7 +118,16 @@ options:
     elements: str
     default: []
   state_file:
-    description: Per-GPU modes kept across restarts (shared with M(gpufleet.nvidia.gpu_persistence)).
+    description:
+      - Per-GPU modes kept across restarts (shared with M(gpufleet.nvidia.gpu_persistence)).
+      - Its directory is handed to O(user), so it must be dedicated to the state file. It must be an absolute,
+        normalised path (no V(..)); the directory may not be a system or home directory (V(/), V(/etc), V(/var),
+        V(/var/lib), V(/usr/local), V(/run), V(/tmp), V(/home), V(/root), V(/srv), V(/opt), every passwd home and
+        more), nor a symbolic link, nor owned by anyone but root and O(user), and every directory above it must be
+        root's and writable only by root. Otherwise the module fails before changing anything.
+      - A missing directory is created (mode 0755, with a root-owned C(.gpufleet-state-dir) marker) and handed to
+        O(user). An existing directory is handed over only if this collection created it (the marker) or it is
+        O(user)'s already; the owner of anything else is never changed.
     type: path
     default: /var/lib/gpufleet/persistence.json
   backup:
@@ -131,6 +150,8 @@ options:
     type: str
 notes:
   - Needs root (C(become=true)).
+  - The threat model, and what root does in the directories the service user owns, is in the collection's
+    C(docs/security.md).
   - Local additions to the systemd unit belong in a drop-in (C(/etc/systemd/system/<service>.service.d/)), which this
     module never touches.
   - Upstart is supported through its job file and C(initctl); there is no Upstart host in this collection's test lab,
@@ -224,6 +245,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
 
@@ -252,21 +274,32 @@ class Deployer(object):
         return self.module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
 
     def write_file(self, path, text, mode):
+        """Atomic replace of a root-owned file (unit, script, program) in a root-only directory.
+
+        The mode is set on the temp file's descriptor, never by path; a failure leaves the old file as it
+        was and no temp file (atomic_move's own failure removes it through the module's cleanup list).
+        """
         directory = os.path.dirname(path)
-        if not os.path.isdir(directory):
-            os.makedirs(directory, 0o755)
-        fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
+        tmp = None
         try:
+            if not os.path.isdir(directory):
+                os.makedirs(directory, 0o755)
+            fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
+            self.module.add_cleanup_file(tmp)
             with os.fdopen(fd, 'w') as handle:
                 handle.write(text)
                 handle.flush()
+                os.fchmod(handle.fileno(), mode)
                 os.fsync(handle.fileno())
-            os.chmod(tmp, mode)
-        except Exception:
-            os.unlink(tmp)
-            raise
+        except (IOError, OSError) as exc:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            self.fail('cannot write %s: %s; the file was left as it was' % (path, exc.strerror or exc),
+                      changed=bool(self.result['actions']))
         self.module.atomic_move(tmp, path, unsafe_writes=False)
-        os.chmod(path, mode)
 
     def restore_file(self, path, text, mode):
         if text is None:
@@ -292,28 +325,68 @@ class Deployer(object):
         self.result.update(init_system=init, unit_path=self.unit_path, user=p['user'], group=p['group'])
 
     def resolve_identity(self):
+        """Look the accounts up. An existing user is used as it is: unless a group is asked for, its own
+        primary group is the daemon's, and nothing is created or changed."""
         p = self.params
         try:
             self.pw = pwd.getpwnam(p['user'])
         except KeyError:
             self.pw = None
+        p['primary_group'] = p['user']
+        if self.pw is not None:
+            try:
+                p['primary_group'] = grp.getgrgid(self.pw.pw_gid).gr_name
+            except KeyError:
+                p['primary_group'] = str(self.pw.pw_gid)
+        if p['group'] is None:
+            p['group'] = p['primary_group'] if self.pw is not None else p['user']
+            try:
+                pd.validate({'group': p['group'], 'service_name': p['service_name']})
+            except pd.ConfigError:
+                self.fail('user %s\'s primary group is %r, which cannot be written into a service definition: '
+                          'set group to a group name of lower case letters, digits, "_" and "-"'
+                          % (p['user'], p['group']))
+        self.result['group'] = p['group']
         try:
             self.gr = grp.getgrnam(p['group'])
         except KeyError:
             self.gr = None
         if self.pw is not None and self.gr is not None and self.pw.pw_gid != self.gr.gr_gid \
                 and not p['allow_other_primary_group']:
-            try:
-                primary = grp.getgrgid(self.pw.pw_gid).gr_name
-            except KeyError:
-                primary = str(self.pw.pw_gid)
             self.fail('user %s exists with primary group %s, not %s: set group: %s, or allow_other_primary_group: '
-                      'true to run the daemon with --group %s' % (p['user'], primary, p['group'], primary, p['group']))
+                      'true to run the daemon with --group %s' % (p['user'], p['primary_group'], p['group'],
+                                                                 p['primary_group'], p['group']))
         if self.pw is None and not p['create_user']:
             self.fail('user %s does not exist and create_user is false: create it or let this module create it'
                       % p['user'])
         if self.gr is None and not p['create_user']:
             self.fail('group %s does not exist and create_user is false' % p['group'])
+        if self.pw is not None:
+            for warning in pd.account_warnings(self.pw.pw_name, self.pw.pw_uid, self.pw.pw_shell or ''):
+                self.module.warn('%s: %s' % (self.host, warning))
+
+    def inspect_state_dir(self):
+        """Refuse a state directory that is not dedicated, before anything changes; True when it is as wanted."""
+        p = self.params
+        uid = self.pw.pw_uid if self.pw else None
+        try:
+            directory = state.check_path(p['state_file'])
+            facts = state.inspect_dir(directory, [uid] if uid is not None else [])
+        except state.StateError as exc:
+            self.fail('%s; nothing was changed' % exc)
+        if p['user'] != 'root' and facts['exists'] and facts['uid'] == 0 and not facts['marked']:
+            self.fail('the state directory %s exists, owned by root, and was not created by gpufleet.nvidia, so it '
+                      'is not handed to the service user %s: choose a state_file in a directory that does not exist '
+                      'yet (this module creates it), or, if %s is dedicated to the state file, chown it to %s:%s '
+                      'yourself; nothing was changed' % (directory, p['user'], directory, p['user'], p['group']))
+        self.state_dir = directory
+        self.state_dir_facts = facts
+        if not facts['exists']:
+            return False
+        if p['user'] == 'root':
+            return True
+        gid = self.gr.gr_gid if self.gr else None
+        return facts['uid'] == uid and facts['gid'] == gid and facts['mode'] == 0o755
 
     # ---- present ----------------------------------------------------------------
     def present(self):
@@ -345,7 +418,7 @@ class Deployer(object):
             'enabled': self.control.is_enabled() if current_unit == desired_unit or self.init == 'upstart' else False,
             'user_exists': self.pw is not None,
             'group_exists': self.gr is not None,
-            'state_dir_ok': self.dir_ok(os.path.dirname(p['state_file']), uid, gid),
+            'state_dir_ok': self.inspect_state_dir(),
             'run_dir_ok': (not running) or p['user'] == 'root' or self.dir_ok(pd.RUN_DIR, uid, None),
         }
         desired = {'unit': desired_unit, 'binary': desired_binary, 'binary_is_daemon': kind == 'bundled',
@@ -369,8 +442,10 @@ class Deployer(object):
     @staticmethod
     def dir_ok(path, uid, gid):
         try:
-            st = os.stat(path)
+            st = os.lstat(path)  # a link in place of the run directory is not ok: restart makes it afresh
         except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
             return False
         return (uid is not None and st.st_uid == uid and (gid is None or st.st_gid == gid)
                 and stat.S_IMODE(st.st_mode) == 0o755)
@@ -392,11 +467,25 @@ class Deployer(object):
         self.pw = pwd.getpwnam(p['user'])
 
     def do_state_dir(self, current, desired):
-        path = os.path.dirname(self.params['state_file'])
-        if not os.path.isdir(path):
-            os.makedirs(path, 0o755)
-        os.chown(path, self.pw.pw_uid, self.gr.gr_gid)
-        os.chmod(path, 0o755)
+        """Create the state directory if missing, and hand it to the service user through a descriptor.
+
+        Inspected again here (the users may have been created since), then every change goes through
+        descriptors opened without following links: only a directory we created or already the user's
+        changes owner.
+        """
+        p = self.params
+        uid = self.pw.pw_uid if self.pw else 0
+        gid = self.gr.gr_gid if self.gr else 0
+        created = False
+        try:
+            facts = state.inspect_dir(self.state_dir, [uid])
+            if not facts['exists']:
+                os.close(state.create_dir(self.state_dir, facts))
+                created = True
+            if p['user'] != 'root':
+                state.hand_over(self.state_dir, [uid], uid, gid, may_chown=created or facts.get('marked'))
+        except state.StateError as exc:
+            self.fail(str(exc), changed=True)
 
     def do_install_binary(self, current, desired):
         self.write_file(self.params['bundled_path'], desired['binary'], 0o755)
@@ -561,7 +650,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p['group'] is None:
+    if p['group'] is None and (p['user'] == 'root' or p['state'] == 'absent'):
+        # present: an existing user's own primary group (resolve_identity); absent: the group this module
+        # would have created for the user
         p['group'] = 'root' if p['user'] == 'root' else p['user']
     if p['state'] == 'present' and not p['bundled_source']:
         module.fail_json(msg='the bundled daemon was not passed in: call this module as gpufleet.nvidia.persistenced '
