@@ -323,3 +323,32 @@ def test_unknown_key_already_in_file_is_refused_not_restarted(lab_dockerd):
         dj.converge(dj.Request(path=lab.config, state='present'), service, lab.api, option_keys=_option_keys())
     assert '"//" is not a dockerd option' in str(excinfo.value)
     assert read(lab.config).decode() == text and lab.pid() == pid and (service.reloads, service.restarts) == (0, 0)
+
+
+def test_apply_none_does_not_depend_on_a_dockerd_that_does_not_answer(lab_dockerd, tmp_path):
+    """Issue 13: apply=none only writes the file, even when the dockerd found does not answer its API.
+
+    dockerd is stopped (SIGSTOP): its socket still accepts, it never answers. Both for the file it reads and for
+    another file, apply=none writes and succeeds; asked to apply, the module still refuses.
+    """
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI
+    lab = lab_dockerd
+    pid = lab.pid()
+    api = DockerAPI(lab.socket, timeout=2)
+    other = str(tmp_path / 'other.json')
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        result = dj.converge(dj.Request(path=lab.config, apply='none'), LabService(lab), api)
+        assert result['action'] == 'deferred' and result['file_changed'], result['msg']
+        assert any('did not answer' in w for w in result['warnings'])
+        assert 'nvidia' in json.loads(read(lab.config))['runtimes']
+        result = dj.converge(dj.Request(path=other, apply='none'), LabService(lab), api)
+        assert result['action'] == 'deferred' and result['dockerd_pid_before'] is None
+        assert 'reads %s, not this file' % lab.config in result['msg']
+        assert 'nvidia' in json.loads(read(other))['runtimes']
+        with pytest.raises(dj.DaemonJsonError, match='does not answer'):
+            dj.converge(dj.Request(path=lab.config, name='other-runtime'), LabService(lab), api)
+        assert 'other-runtime' not in read(lab.config).decode()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert lab.pid() == pid
