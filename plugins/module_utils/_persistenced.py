@@ -549,7 +549,7 @@ SHARED_ACCOUNTS = frozenset(['nobody', 'nfsnobody', 'nogroup', 'daemon', 'bin', 
                              'operator', 'ftp', 'sync'])
 NOLOGIN_SHELLS = frozenset(['/usr/sbin/nologin', '/sbin/nologin', '/bin/false', '/usr/bin/false', '/bin/true',
                             '/usr/bin/true', '/sbin/shutdown', '/sbin/halt', '/bin/sync', ''])
-FIRST_REGULAR_UID = 1000  # login.defs UID_MIN on Debian, Ubuntu and EL
+REGULAR_UIDS = (1000, 60000)  # login.defs UID_MIN..UID_MAX on Debian, Ubuntu and EL
 
 
 def account_warnings(name, uid, shell):
@@ -568,7 +568,7 @@ def account_warnings(name, uid, shell):
     if shell not in NOLOGIN_SHELLS and not shell.endswith('/nologin'):
         found.append('%s has a login shell (%s): whoever can log in as it controls the daemon\'s run and state '
                      'directories; give it /usr/sbin/nologin or use a dedicated account' % (name, shell))
-    if uid >= FIRST_REGULAR_UID:
+    if REGULAR_UIDS[0] <= uid < REGULAR_UIDS[1]:
         found.append('%s (uid %d) looks like a person\'s account, not a system account: use a dedicated system '
                      'account for the daemon' % (name, uid))
     return found

@@ -79,7 +79,7 @@ options:
       - Account the daemon runs as after start-up. Drivers 560 and newer no longer create it; this module does.
       - V(root) keeps the daemon as root, which coherent-NVLink systems (GH200) need for NUMA memory onlining.
       - An existing account is used as it is. One that other services share (V(nobody), V(daemon), V(www-data),
-        uid 65534), that has a login shell, or whose uid is in the range of people's accounts (1000 and up) gets a
+        uid 65534), that has a login shell, or whose uid is in the range of people's accounts (1000 to 59999) gets a
         warning, since whoever runs as it controls the daemon's run and state directories.
     type: str
     default: nvidia-persistenced

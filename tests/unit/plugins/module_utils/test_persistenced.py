@@ -67,6 +67,7 @@ def test_every_definition_is_marked_and_runs_the_right_things(init, kind):
 def test_systemd_unit_shape():
     unit = pd.render('systemd', params(), pd.DRIVER_PATH, 'driver')
     for line in ('Type=forking', 'PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid',
+                 'ExecStartPre=/bin/rm -rf /run/nvidia-persistenced',
                  'ExecStartPre=/usr/bin/install -d -m 0755 -o nvidia-persistenced -g nvidia-persistenced '
                  '/run/nvidia-persistenced',
                  'ExecStopPost=/bin/rm -rf /run/nvidia-persistenced', 'Restart=on-failure',
@@ -173,3 +174,80 @@ def test_pid_alive_checks_the_process_is_a_persistence_daemon(tmp_path):
     pid_file.write_text('not a pid\n')
     assert pd.pid_alive(str(pid_file)) is None
     assert pd.pid_alive(str(tmp_path / 'missing')) is None
+
+
+# --------------------------------------------------------------------------
+# Root's steps in the service definitions (docs/security.md)
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize('init', ['systemd', 'sysvinit', 'upstart'])
+@pytest.mark.parametrize('kind', ['driver', 'bundled'])
+def test_every_start_makes_the_run_directory_afresh(init, kind):
+    """The daemon starts as root and opens its pid file in the run directory: nothing the service user
+    left there may survive into a start. The only root steps on it: rm -r (never follows a link), and
+    mkdir/chown/chmod of the directory itself (its parent is root's)."""
+    text = pd.render(init, params(), pd.DRIVER_PATH, kind)
+    lines = [line.strip() for line in text.splitlines()]
+    if init == 'systemd':
+        pre = [line for line in lines if line.startswith('ExecStartPre=')]
+        assert pre == ['ExecStartPre=/bin/rm -rf /run/nvidia-persistenced',
+                       'ExecStartPre=/usr/bin/install -d -m 0755 -o nvidia-persistenced -g nvidia-persistenced '
+                       '/run/nvidia-persistenced']
+        assert 'RuntimeDirectory' not in text
+    elif init == 'sysvinit':
+        assert 'rm -rf "$RUN_DIR" && mkdir -m 0755 "$RUN_DIR" && chown "$RUN_OWNER" "$RUN_DIR" || return 1' in lines
+        assert 'mkdir -p' not in text
+    else:
+        start = lines.index('pre-start script')
+        assert lines[start:start + 5] == ['pre-start script', 'rm -rf /var/run/nvidia-persistenced',
+                                          'mkdir -m 0755 /var/run/nvidia-persistenced',
+                                          'chown nvidia-persistenced:nvidia-persistenced /var/run/nvidia-persistenced',
+                                          'end script']
+    # nothing inside the run directory is chowned, chmodded or written by path
+    for line in lines:
+        if ('chown' in line or 'chmod' in line) and not line.startswith('#'):
+            assert line.rstrip(' |&;1return').endswith(('nvidia-persistenced', '"$RUN_DIR"')), line
+
+
+def test_sysv_script_reads_the_pid_file_without_following_links_and_checks_the_owner():
+    script = pd.render('sysvinit', params(user='nobody', group='nogroup'), pd.DRIVER_PATH, 'driver')
+    assert 'dd if="$PIDFILE" bs=32 count=1 iflag=nofollow,nonblock' in script
+    assert 'cat "$PIDFILE"' not in script
+    assert 'RUN_USER=nobody' in script and '"$(id -u "$RUN_USER" 2>/dev/null)"' in script
+
+
+def test_daemon_argv_group_only_when_not_the_primary_group():
+    assert '--group' not in pd.daemon_argv(params(user='nobody', group='nogroup', primary_group='nogroup'),
+                                           pd.DRIVER_PATH, 'driver')
+    assert pd.daemon_argv(params(user='nobody', group='video', primary_group='nogroup'), pd.DRIVER_PATH,
+                          'driver')[1:5] == ['--user', 'nobody', '--group', 'video']
+
+
+@pytest.mark.parametrize('name,uid,shell,words', [
+    ('nvidia-persistenced', 998, '/usr/sbin/nologin', []),
+    ('root', 0, '/bin/bash', []),
+    ('nobody', 65534, '/usr/sbin/nologin', ['shared with other services']),
+    ('www-data', 33, '/usr/sbin/nologin', ['shared with other services']),
+    ('gpu', 997, '/bin/bash', ['has a login shell (/bin/bash)']),
+    ('alice', 1000, '/bin/bash', ['has a login shell', "looks like a person's account"]),
+    ('svc', 1001, '/bin/false', ["looks like a person's account"]),
+])
+def test_account_warnings(name, uid, shell, words):
+    found = pd.account_warnings(name, uid, shell)
+    assert len(found) == len(words)
+    for warning, word in zip(found, words):
+        assert word in warning and name in warning
+
+
+def test_pid_file_is_read_without_following_a_link_or_blocking(tmp_path):
+    target = tmp_path / 'target'
+    target.write_text('%d\n' % os.getpid())
+    link = tmp_path / 'link'
+    link.symlink_to(target)
+    assert pd.read_pid_file(str(target)) == os.getpid()
+    assert pd.read_pid_file(str(link)) is None
+    fifo = str(tmp_path / 'fifo')
+    os.mkfifo(fifo)
+    assert pd.read_pid_file(fifo) is None  # returns at once
+    (tmp_path / 'junk').write_text('12; rm -rf /\n')
+    assert pd.read_pid_file(str(tmp_path / 'junk')) is None

@@ -76,3 +76,30 @@ def test_unsafe_extra_args_are_refused(capsys):
 def test_called_without_the_action_plugin(capsys):
     rc, result = run_module(capsys, {'init_system': 'systemd'})
     assert rc == 1 and 'action plugin' in result['msg']
+
+
+def test_an_existing_user_is_used_with_its_own_primary_group(capsys, tmp_path, monkeypatch):
+    """user: nobody on Debian: no "nobody" group is created (its primary group is nogroup), and a
+    shared account gets a warning. Check mode: nothing changes on this machine."""
+    warnings = []
+    monkeypatch.setattr(persistenced.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg))
+    rc, result = run_module(capsys, {'bundled_source': SOURCE, 'init_system': 'sysvinit', 'user': 'nobody',
+                                     'state_file': str(tmp_path / 'gf' / 'persistence.json'),
+                                     '_ansible_check_mode': True})
+    assert rc == 0, result
+    assert 'create_group' not in result['actions'] and 'create_user' not in result['actions']
+    assert result['group'] == 'nogroup'
+    assert any('nobody is an account shared with other services' in w for w in warnings)
+    assert not (tmp_path / 'gf').exists()
+
+
+@pytest.mark.parametrize('state_file,words', [
+    ('/etc/persistence.json', 'directly in /etc'),
+    ('/var/lib/gpufleet/../../../etc/persistence.json', 'normalised'),
+])
+def test_a_state_file_outside_a_dedicated_directory_fails_first(capsys, state_file, words):
+    # check mode and an explicit group: should the check ever regress, this machine's /etc is still safe
+    rc, result = run_module(capsys, {'bundled_source': SOURCE, 'init_system': 'sysvinit', 'user': 'nobody',
+                                     'group': 'nogroup', 'state_file': state_file, '_ansible_check_mode': True})
+    assert rc == 1 and words in result['msg'] and 'nothing was changed' in result['msg'], result
+    assert result['actions'] == []
