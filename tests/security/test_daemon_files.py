@@ -220,6 +220,7 @@ def test_links_planted_during_root_starts(host, service_user, sandbox, deadline)
     kill_all(host)
     assert start(host, "--user", "nobody").returncode == 0  # and it starts once the attack stops
     assert answers_get(host) == status(0, 1)
+    print("starts during the race (exit status: count): %r" % outcomes)
     assert outcomes.get(0), outcomes
 
 
