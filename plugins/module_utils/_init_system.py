@@ -13,7 +13,13 @@ The rule, in order (the evidence for each step is returned with the verdict):
    a ``systemd`` binary) *and* ``/run/systemd/system`` exists (what
    ``sd_booted()`` checks). Systemd merely installed, or a ``/run`` shared
    from another host, is not enough.
-2. ``upstart``  -- PID 1 is ``init`` and ``initctl --version`` says upstart.
+2. ``upstart``  -- PID 1 is ``init`` and the running init daemon answers
+   ``initctl version`` with ``init (upstart X.Y.Z)`` (it is asked over its
+   socket, so this is PID 1 speaking, not just an installed ``initctl``).
+   When the daemon cannot be asked (no privileges), ``initctl --version``
+   naming upstart is taken instead and the reason says so. The version is
+   reported (``1.13.2``, ``0.6.5``): 0.6.x and 1.x differ in override files,
+   ``initctl`` output and ``expect`` handling.
 3. ``sysvinit`` -- PID 1 is ``init`` (not a link to systemd) and
    ``/etc/init.d`` exists.
 4. ``unknown``  -- anything else, e.g. containers whose PID 1 is ``tini``,
@@ -26,6 +32,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import re
 
 INIT_SYSTEMS = ('systemd', 'upstart', 'sysvinit', 'unknown')
 
@@ -95,11 +102,39 @@ def find_tools(root='/', dirs=TOOL_DIRS, names=SERVICE_TOOLS):
     return found
 
 
+_UPSTART_VERSION = re.compile(r'\(upstart ([0-9][0-9A-Za-z.~+-]*)\)')
+
+
+def upstart_version(text):
+    """``'1.13.2'`` from ``init (upstart 1.13.2)``; None when it names no upstart."""
+    match = _UPSTART_VERSION.search(text or '')
+    return match.group(1) if match else None
+
+
+def version_tuple(version):
+    """``(0, 6, 5)`` from ``'0.6.5'``, for comparisons (0.6.x against 1.x)."""
+    parts = []
+    for part in (version or '').split('.'):
+        digits = re.match(r'\d+', part)
+        if not digits:
+            break
+        parts.append(int(digits.group(0)))
+        if digits.group(0) != part:
+            break
+    return tuple(parts)
+
+
+def _first_line(rc, out, err):
+    text = ((out or '') + (err or '')).strip()
+    return text.splitlines()[0] if text else ('rc=%s' % rc)
+
+
 def gather_evidence(root='/', run_command=None):
     """Collect everything the verdict rests on.
 
     ``run_command(argv) -> (rc, stdout, stderr)`` runs a host command; it is
-    only used for ``initctl --version`` and only when initctl exists.
+    only used when initctl exists: ``initctl version`` (asks the running
+    init daemon) and ``initctl --version`` (the installed tool's own).
     """
     tools = find_tools(root)
     evidence = {
@@ -111,11 +146,14 @@ def gather_evidence(root='/', run_command=None):
         'etc_init': os.path.isdir(_host_path(root, '/etc/init')),
         'tools': tools,
         'initctl_version': None,
+        'init_daemon_version': None,
     }
     if tools.get('initctl') and run_command is not None:
+        rc, out, err = run_command([tools['initctl'], 'version'])
+        evidence['init_daemon_version'] = _first_line(rc, out, err) if rc == 0 \
+            else 'initctl version failed: %s' % _first_line(rc, out, err)
         rc, out, err = run_command([tools['initctl'], '--version'])
-        text = (out or '') + (err or '')
-        evidence['initctl_version'] = text.strip().splitlines()[0] if text.strip() else ('rc=%s' % rc)
+        evidence['initctl_version'] = _first_line(rc, out, err)
     return evidence
 
 
@@ -145,9 +183,12 @@ def decide(evidence, root='/'):
     else:
         stale = ''
     if 'init' in names:
-        version = (evidence.get('initctl_version') or '').lower()
-        if 'upstart' in version:
-            return 'upstart', 'PID 1 is init and initctl reports %s%s' % (evidence['initctl_version'], stale)
+        daemon = evidence.get('init_daemon_version') or ''
+        if upstart_version(daemon):
+            return 'upstart', 'PID 1 is init and answers initctl version with %s%s' % (daemon, stale)
+        if upstart_version(evidence.get('initctl_version')):
+            return 'upstart', ('PID 1 is init and initctl --version reports %s (the init daemon itself '
+                               'could not be asked: %s)%s' % (evidence['initctl_version'], daemon or 'not run', stale))
         if evidence.get('etc_init_d'):
             return 'sysvinit', 'PID 1 is init (not systemd, not upstart) and /etc/init.d exists%s' % stale
         return 'unknown', 'PID 1 is init but neither upstart nor /etc/init.d was found%s' % stale
@@ -174,16 +215,26 @@ def service_tools(init_system, tools):
     return manager, enable
 
 
+def init_version(init_system, evidence):
+    """The running init system's version where the evidence has it (Upstart)."""
+    if init_system != 'upstart':
+        return None
+    return upstart_version(evidence.get('init_daemon_version')) or \
+        upstart_version(evidence.get('initctl_version'))
+
+
 def detect(root='/', run_command=None):
     """Detect the init system of the host whose filesystem is at ``root``.
 
-    Returns a dict: init_system, reason, service_manager, enable_tool, evidence.
+    Returns a dict: init_system, version, reason, service_manager,
+    enable_tool, evidence.
     """
     evidence = gather_evidence(root, run_command)
     init_system, reason = decide(evidence, root)
     manager, enable = service_tools(init_system, evidence['tools'])
     return {
         'init_system': init_system,
+        'version': init_version(init_system, evidence),
         'reason': reason,
         'service_manager': manager,
         'enable_tool': enable,

@@ -15,8 +15,11 @@ description:
   - Reports the init system of the managed host as C(systemd), C(upstart), C(sysvinit) or C(unknown),
     together with the evidence the verdict rests on and the tools to use for services.
   - "The rule, in order: C(systemd) when PID 1 is systemd B(and) C(/run/systemd/system) exists (what C(sd_booted) checks);
-    C(upstart) when PID 1 is C(init) and C(initctl --version) names upstart; C(sysvinit) when PID 1 is C(init)
+    C(upstart) when PID 1 is C(init) and answers C(initctl version) with C(init (upstart X.Y.Z)) (or, when the running
+    init cannot be asked, C(initctl --version) names upstart); C(sysvinit) when PID 1 is C(init)
     (not a link to systemd) and C(/etc/init.d) exists; otherwise C(unknown)."
+  - For Upstart the version of the running init is reported (for example C(1.13.2) on Ubuntu 14.04/16.04, C(0.6.5) on
+    RHEL/CentOS 6): the two series differ in override files, C(initctl) output and C(expect) handling.
   - A host with systemd installed but not running as PID 1 is not reported as C(systemd).
   - Containers whose PID 1 is a shim such as C(tini), C(dumb-init) or C(sh) are reported as C(unknown);
     nothing there starts services at boot. The evidence still lists the service tools found.
@@ -29,6 +32,7 @@ extends_documentation_fragment:
 options: {}
 notes:
   - Reading C(/proc/1/exe) needs privileges; without them the verdict rests on C(/proc/1/comm) and C(/proc/1/cmdline).
+  - Asking a running Upstart C(initctl version) needs root (C(initctl) 1.x otherwise tries the system D-Bus).
 seealso:
   - module: ansible.builtin.service_facts
   - module: gpufleet.nvidia.persistenced
@@ -52,6 +56,13 @@ init_system:
   type: str
   choices: [systemd, upstart, sysvinit, unknown]
   sample: systemd
+version:
+  description: >-
+    Version of the running init system where it is known: for Upstart, the version PID 1 reports through
+    C(initctl version) (or the C(initctl) tool's own when PID 1 cannot be asked); null otherwise.
+  returned: always
+  type: str
+  sample: 1.13.2
 reason:
   description: One sentence saying why, built from the evidence.
   returned: always
@@ -102,10 +113,17 @@ evidence:
       type: bool
       returned: always
     initctl_version:
-      description: First line of C(initctl --version), null when initctl is absent.
+      description: First line of C(initctl --version) (the installed tool's version), null when initctl is absent.
       type: str
       returned: always
-      sample: init (upstart 1.5)
+      sample: initctl (upstart 1.13.2)
+    init_daemon_version:
+      description: >-
+        First line of C(initctl version), which asks the running init daemon over its socket, or
+        C(initctl version failed: ...); null when initctl is absent.
+      type: str
+      returned: always
+      sample: init (upstart 1.13.2)
     tools:
       description: Path of each service tool found (C(systemctl), C(initctl), C(service), C(update-rc.d), C(chkconfig), C(insserv)), null when absent.
       type: dict

@@ -46,8 +46,11 @@ class FakeRunner(object):
         self.calls = []
 
     def __call__(self, argv):
+        """Answers are keyed by 'initctl version' (tool name and arguments) or by the tool name."""
         self.calls.append(list(argv))
-        return self.answers.get(os.path.basename(argv[0]), (127, '', 'not found'))
+        name = os.path.basename(argv[0])
+        key = ' '.join([name] + list(argv[1:]))
+        return self.answers.get(key, self.answers.get(name, (127, '', 'not found')))
 
 
 DEBIAN_TOOLS = ('/usr/bin/systemctl', '/usr/sbin/service', '/usr/sbin/update-rc.d')
@@ -109,16 +112,76 @@ def test_application_as_pid1_is_unknown(tmp_path):
     assert 'python3' in result['reason']
 
 
-def test_upstart(tmp_path):
-    root = make_host(tmp_path, 'init', '/sbin/init',
-                     ('/sbin/initctl', '/usr/sbin/service', '/usr/sbin/update-rc.d'), ('/etc/init', '/etc/init.d'))
-    runner = FakeRunner({'initctl': (0, 'init (upstart 1.12.1)\nCopyright (C) 2006-2014 Canonical Ltd.\n', '')})
+UBUNTU_UPSTART_TOOLS = ('/sbin/initctl', '/usr/sbin/service', '/usr/sbin/update-rc.d')
+
+# What real Upstart prints (measured on the lab's upstart13 and upstart06 hosts).
+UPSTART_113 = {
+    'initctl version': (0, 'init (upstart 1.13.2)\n', ''),
+    'initctl --version': (0, 'initctl (upstart 1.13.2)\nCopyright (C) 2006-2014 Canonical Ltd., 2011 Scott James '
+                             'Remnant\n\nThis is free software; see the source for copying conditions.\n', ''),
+}
+UPSTART_065 = {
+    'initctl version': (0, 'init (upstart 0.6.5)\n', ''),
+    'initctl --version': (0, 'initctl (upstart 0.6.5)\nCopyright (C) 2010 Canonical Ltd.\n\n'
+                             'This is free software; see the source for copying conditions.\n', ''),
+}
+
+
+@pytest.mark.parametrize('answers, version', [(UPSTART_113, '1.13.2'), (UPSTART_065, '0.6.5')])
+def test_upstart_asks_the_running_init_daemon(tmp_path, answers, version):
+    root = make_host(tmp_path, 'init', '/sbin/init', UBUNTU_UPSTART_TOOLS, ('/etc/init', '/etc/init.d'))
+    runner = FakeRunner(answers)
     result = init.detect(root, runner)
     assert result['init_system'] == 'upstart'
+    assert result['version'] == version
     assert result['service_manager'] == '/sbin/initctl'
     assert result['enable_tool'] is None
-    assert result['evidence']['initctl_version'] == 'init (upstart 1.12.1)'
-    assert runner.calls == [['/sbin/initctl', '--version']]
+    assert result['evidence']['init_daemon_version'] == 'init (upstart %s)' % version
+    assert result['evidence']['initctl_version'] == 'initctl (upstart %s)' % version
+    assert 'answers initctl version with init (upstart %s)' % version in result['reason']
+    assert runner.calls == [['/sbin/initctl', 'version'], ['/sbin/initctl', '--version']]
+
+
+def test_upstart_daemon_version_wins_over_the_tool(tmp_path):
+    """An initctl from another Upstart than PID 1: PID 1's own answer gives the version."""
+    root = make_host(tmp_path, 'init', '/sbin/init', UBUNTU_UPSTART_TOOLS, ('/etc/init', '/etc/init.d'))
+    runner = FakeRunner({'initctl version': UPSTART_065['initctl version'],
+                         'initctl --version': UPSTART_113['initctl --version']})
+    assert init.detect(root, runner)['version'] == '0.6.5'
+
+
+def test_upstart_unreachable_daemon_falls_back_to_the_tool(tmp_path):
+    """Without privileges initctl 1.x cannot reach PID 1 (it tries the system bus)."""
+    root = make_host(tmp_path, 'init', '/sbin/init', UBUNTU_UPSTART_TOOLS, ('/etc/init', '/etc/init.d'))
+    runner = FakeRunner({
+        'initctl version': (1, '', 'initctl: Unable to connect to system bus: Failed to connect to socket '
+                                   '/var/run/dbus/system_bus_socket: No such file or directory\n'),
+        'initctl --version': UPSTART_113['initctl --version']})
+    result = init.detect(root, runner)
+    assert result['init_system'] == 'upstart'
+    assert result['version'] == '1.13.2'
+    assert result['evidence']['init_daemon_version'].startswith('initctl version failed: initctl: Unable to connect')
+    assert 'could not be asked' in result['reason']
+
+
+def test_sysvinit_has_no_version(tmp_path):
+    root = make_host(tmp_path, 'init', '/sbin/init', ('/usr/sbin/service',), ('/etc/init.d',))
+    assert init.detect(root, FakeRunner())['version'] is None
+
+
+@pytest.mark.parametrize('text, version', [
+    ('init (upstart 1.13.2)', '1.13.2'), ('initctl (upstart 0.6.5)', '0.6.5'), ('init (upstart 1.5)', '1.5'),
+    ('init (upstart 1.12.1-0ubuntu4.2)', '1.12.1-0ubuntu4.2'), ('systemd 252 (252.38-1~deb12u1)', None), ('', None),
+    (None, None)])
+def test_upstart_version_parsing(text, version):
+    assert init.upstart_version(text) == version
+
+
+def test_version_tuple_orders_0_6_before_1_x():
+    assert init.version_tuple('0.6.5') == (0, 6, 5)
+    assert init.version_tuple('1.12.1-0ubuntu4.2') == (1, 12, 1)
+    assert init.version_tuple('0.6.5') < init.version_tuple('0.6.7') < init.version_tuple('1.13.2')
+    assert init.version_tuple(None) == ()
 
 
 def test_initctl_that_is_not_upstart_means_sysvinit(tmp_path):
