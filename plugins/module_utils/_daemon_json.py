@@ -593,8 +593,8 @@ def _untrusted(st, sticky_ok=False):
     if stat.S_ISLNK(st.st_mode):
         return None  # a link's own mode means nothing; its directory decides
     if st.st_mode & 0o022 and not (sticky_ok and st.st_mode & stat.S_ISVTX):
-        return 'is writable by %s (mode %04o)' % ('every user' if st.st_mode & 0o002 else 'group %d' % st.st_gid,
-                                                 stat.S_IMODE(st.st_mode))
+        who = 'every user' if st.st_mode & 0o002 else 'group %d' % st.st_gid
+        return 'is writable by %s (mode %04o)' % (who, stat.S_IMODE(st.st_mode))
     return None
 
 

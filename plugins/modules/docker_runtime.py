@@ -126,7 +126,7 @@ options:
         with a warning.
       - V(restart) restarts dockerd whenever the running configuration differs from the file.
       - V(none) only writes the file; RV(action=deferred) when dockerd runs something else. It never fails because of
-        dockerd: a dockerd that reads another file is ignored, and one whose API does not answer gives a warning.
+        dockerd. A dockerd that reads another file is ignored, and one whose API does not answer gives a warning.
     type: str
     choices: [auto, reload, restart, none]
     default: auto
