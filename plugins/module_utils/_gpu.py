@@ -25,6 +25,7 @@ __metaclass__ = type
 import os
 import platform
 import re
+import stat
 import traceback
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
@@ -115,8 +116,17 @@ def daemon_identity(run_dir=RUN_DIR):
     """Which persistence daemon owns the run directory: nvidia, bundled, or none."""
     pid_path = os.path.join(run_dir, 'nvidia-persistenced.pid')
     try:
-        with open(pid_path) as handle:
-            pid = int(handle.read().strip() or '0')
+        # The run directory is the service user's: read its pid file without following a link or
+        # blocking on a FIFO planted there (this runs as root).
+        fd = os.open(pid_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError('not a regular file')
+            pid = int(os.read(fd, 64).decode('ascii', 'replace').strip() or '0')
+        finally:
+            os.close(fd)
+        if pid <= 0:
+            raise ValueError('no pid')
         with open('/proc/%d/cmdline' % pid, 'rb') as handle:
             cmdline = handle.read().replace(b'\0', b' ').decode('utf-8', 'replace')
     except (IOError, OSError, ValueError):

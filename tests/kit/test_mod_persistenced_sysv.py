@@ -147,3 +147,80 @@ def test_failed_start_is_reported(make_host):
     rc, out = service(host, script, "start")
     assert rc == 1
     assert "failed to initialize" in out and "NVIDIA kernel driver loaded" in out
+
+
+# ---- the service user attacks what the script does as root -------------------------------------
+
+def as_nobody_in_host(host, shell):
+    """Run ``shell`` as nobody inside the host (where /run is the host's)."""
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs", "--", "sh", "-c", shell]
+    proc = subprocess.run(fakehost.nsrun_argv(host.dir, argv), capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def kill_own_daemon(host):
+    """The service user kills its own daemon (SIGKILL: no cleanup), as it always can."""
+    pid = pid_of(host)
+    as_nobody_in_host(host, "kill -KILL %d" % pid)
+    assert wait_gone(pid)
+    host.daemon_pids.remove(pid)
+
+
+@pytest.mark.parametrize("kind", ["driver", "bundled"])
+def test_a_pid_file_link_left_by_the_service_user_is_not_followed_at_the_next_start(make_host, kind):
+    host = make_host(gpus=1)
+    script = install_script(host, kind)
+    vault = os.path.join(host.dir, "vault")
+    os.mkdir(vault, 0o711)  # root's: nobody can name a path in it, not create one
+    victim = os.path.join(vault, "created-by-root")
+    rc, out = service(host, script, "start")
+    assert rc == 0, out
+    host.daemon_pids.append(pid_of(host))
+    kill_own_daemon(host)
+    as_nobody_in_host(host, "rm -f /run/nvidia-persistenced/nvidia-persistenced.pid && "
+                            "ln -s %s /run/nvidia-persistenced/nvidia-persistenced.pid" % victim)
+    rc, out = service(host, script, "start")
+    if rc == 0 and os.path.isfile(host.tree.pid_file):
+        host.daemon_pids.append(pid_of(host))
+    assert not os.path.lexists(victim), "root created %s through the planted pid file link: %s" % (victim, out)
+    assert rc == 0, out
+    assert not os.path.islink(host.tree.pid_file)
+
+
+def test_a_fifo_at_the_pid_file_does_not_hang_the_script(make_host):
+    host = make_host(gpus=1)
+    script = install_script(host, "bundled")
+    rc, out = service(host, script, "start")
+    assert rc == 0, out
+    host.daemon_pids.append(pid_of(host))
+    kill_own_daemon(host)
+    as_nobody_in_host(host, "rm -f /run/nvidia-persistenced/nvidia-persistenced.pid && "
+                            "mkfifo /run/nvidia-persistenced/nvidia-persistenced.pid")
+    try:
+        rc, out = service(host, script, "status")
+    except subprocess.TimeoutExpired:
+        pytest.fail("the init script (root) hung reading a FIFO the service user put at the pid file")
+    assert rc == 1 and "not running" in out, out
+
+
+def test_a_forged_pid_file_cannot_make_root_signal_another_process(make_host):
+    host = make_host(gpus=1)
+    script = install_script(host, "bundled")
+    rc, out = service(host, script, "start")
+    assert rc == 0, out
+    host.daemon_pids.append(pid_of(host))
+    kill_own_daemon(host)
+    # a root process whose name says "persistenced" (an admin's editor on the script, say)
+    decoy = subprocess.Popen(["bash", "-c", "exec -a /usr/bin/nvidia-persistenced sleep 120"])
+    try:
+        as_nobody_in_host(host, "rm -f /run/nvidia-persistenced/nvidia-persistenced.pid && "
+                                "echo %d > /run/nvidia-persistenced/nvidia-persistenced.pid" % decoy.pid)
+        rc, out = service(host, script, "stop")
+        assert rc == 0, out
+        assert decoy.poll() is None, "root killed pid %d, a root process, named in a pid file nobody wrote" % (
+            decoy.pid)
+    finally:
+        decoy.kill()
+        decoy.wait()
