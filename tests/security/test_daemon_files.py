@@ -224,6 +224,33 @@ def test_links_planted_during_root_starts(host, service_user, sandbox, deadline)
     assert outcomes.get(0), outcomes
 
 
+HOLD_PID_LOCK = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.lockf(fd, fcntl.LOCK_SH)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_stranger_holding_a_read_lock_on_a_stale_pid_file_cannot_keep_the_daemon_down(host, stranger):
+    """The pid file is world-readable: after the daemon dies, any local user can
+    hold a read lock on the stale file; the next start must not take that for a live instance."""
+    first = start(host)
+    assert first.returncode == 0, first.stderr
+    kill_all(host)
+    holder = stranger.popen([harness.SYSTEM_PYTHON, "-c", HOLD_PID_LOCK, host.tree.pid_file, "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held", holder.stderr.read()
+        proc = start(host)
+        assert proc.returncode == 0, proc.stderr
+        assert answers_get(host) == status(0, 1)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize("case", ["symlink", "stranger_owned"])
 def test_run_dir_that_is_not_ours_is_refused(case, host, stranger, sandbox):
     """A run dir that is a symlink, or a directory another user owns (who planted a
@@ -345,6 +372,39 @@ def test_state_writes_as_root_do_not_follow_planted_links(host, service_user, sa
     assert harness.fakehost.pid_alive(pid)
     victim.assert_intact()
     assert not os.path.lexists(created)
+
+
+HOLD_LOCK = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_SH)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_stranger_holding_the_state_lock_cannot_stall_the_daemon(host, stranger):
+    """Any local user can open the 0644 lock file and hold a shared flock on it:
+    root's Set must still be answered promptly, and everyone else served meanwhile."""
+    proc = start(host, "--user", "nobody")
+    assert proc.returncode == 0, proc.stderr
+    with Conn(host.tree.socket, timeout=2.0) as conn:  # the first Set creates the lock file
+        assert conn.call(1, 1, dev_args(0, 0)) == status(0)
+    holder = stranger.popen([harness.SYSTEM_PYTHON, "-c", HOLD_LOCK, host.state_file + ".lock", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held", holder.stderr.read()
+        for mode in (1, 0, 1):
+            started = time.monotonic()
+            with Conn(host.tree.socket, timeout=5.0) as conn:
+                assert conn.call(1, 1, dev_args(0, mode)) == status(0)
+            assert time.monotonic() - started < 1.5
+            with Conn(host.tree.socket, timeout=1.0) as conn:
+                assert conn.call(1, 2, dev_args(0)) == status(0, mode)
+        host.wait_log("could not be recorded in %s" % host.state_file)
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 # ---- bad state files ------------------------------------------------------------------------
