@@ -30,6 +30,9 @@ for _path in (KIT, COLLECTIONS):
         sys.path.insert(0, _path)
 
 RACE_SECONDS = float(os.environ.get("GPUFLEET_SECURITY_SECONDS", "4"))
+# The attacker's interpreter: the machine's own, which any user can run (the
+# test venv's Python lives under /root, which other users cannot enter).
+ATTACKER_PYTHON = "/usr/bin/python3"
 # A local user with no passwd entry: nothing on the machine changes for it.
 STRANGER_UID = 4242
 
@@ -41,6 +44,8 @@ def _prerequisites():
         missing.append("root (the tests become unprivileged users and run the root side)")
     if not shutil.which("setpriv"):
         missing.append("setpriv (util-linux)")
+    if not os.access(ATTACKER_PYTHON, os.X_OK):
+        missing.append("%s (Debian's python3), the attackers' interpreter" % ATTACKER_PYTHON)
     if missing:
         pytest.fail("security layer needs: %s" % "; ".join(missing), pytrace=False)
 
@@ -69,10 +74,17 @@ class Attacker(object):
 
     def python(self, code, *args, **kwargs):
         """Run Python ``code`` (a string) as the attacker; returns CompletedProcess."""
-        return self.run([sys.executable, "-c", code] + [str(a) for a in args], **kwargs)
+        return self.run([ATTACKER_PYTHON, "-c", code] + [str(a) for a in args], **kwargs)
 
     def python_popen(self, code, *args, **kwargs):
-        return self.popen([sys.executable, "-c", code] + [str(a) for a in args], **kwargs)
+        """Start Python ``code`` as the attacker; fails the test if it is not running
+        a moment later (an attacker that died at once would attack nothing)."""
+        proc = self.popen([ATTACKER_PYTHON, "-c", code] + [str(a) for a in args], **kwargs)
+        time.sleep(0.05)
+        if proc.poll() is not None:
+            pytest.fail("the attacker (%s) exited at once with rc %d" % (self.name, proc.returncode),
+                        pytrace=False)
+        return proc
 
 
 @pytest.fixture
