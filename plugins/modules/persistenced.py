@@ -20,8 +20,9 @@ description:
   - The run directory C(/var/run/nvidia-persistenced) is made afresh, owned by the service user, by the service
     definition at every start (the systemd unit's C(ExecStartPre=), the SysV script's C(start), the Upstart job's
     C(pre-start)) and removed at stop; the daemon starts as root and opens its pid file there, so nothing the
-    service user left behind may survive into the next start. (systemd's C(RuntimeDirectory=) is not used: it would
-    make the directory root's, and NVIDIA's daemon does not hand over a directory it did not create.)
+    service user left behind may survive into the next start. The unit does not use systemd's
+    C(RuntimeDirectory=), which would make the directory root's; NVIDIA's daemon does not hand over a directory it
+    did not create.
   - The state file's directory is handed to the service user (so the bundled daemon can record per-GPU modes) only
     when it is dedicated and this collection created it; see O(state_file).
   - A running daemon is left alone unless its service definition, options or (bundled) program changed; then it is
@@ -354,8 +355,8 @@ class Deployer(object):
         if self.pw is not None and self.gr is not None and self.pw.pw_gid != self.gr.gr_gid \
                 and not p['allow_other_primary_group']:
             self.fail('user %s exists with primary group %s, not %s: set group: %s, or allow_other_primary_group: '
-                      'true to run the daemon with --group %s' % (p['user'], p['primary_group'], p['group'],
-                                                                 p['primary_group'], p['group']))
+                      'true to run the daemon with --group %s'
+                      % (p['user'], p['primary_group'], p['group'], p['primary_group'], p['group']))
         if self.pw is None and not p['create_user']:
             self.fail('user %s does not exist and create_user is false: create it or let this module create it'
                       % p['user'])
