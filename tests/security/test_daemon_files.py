@@ -384,11 +384,16 @@ time.sleep(float(sys.argv[2]))
 
 
 def test_a_stranger_holding_the_state_lock_cannot_stall_the_daemon(host, stranger):
-    """Any local user can open the 0644 lock file and hold a shared flock on it:
-    root's Set must still be answered promptly, and everyone else served meanwhile."""
+    """Any local user can open a 0644 lock file (as earlier versions and other
+    writers created it) and hold a shared flock on it: root's Set must still be
+    answered promptly, and everyone else served meanwhile."""
+    lock = host.state_file + ".lock"
+    open(lock, "w").close()
+    os.chmod(lock, 0o644)
+    os.chown(lock, NOBODY, NOBODY)
     proc = start(host, "--user", "nobody")
     assert proc.returncode == 0, proc.stderr
-    with Conn(host.tree.socket, timeout=2.0) as conn:  # the first Set creates the lock file
+    with Conn(host.tree.socket, timeout=2.0) as conn:
         assert conn.call(1, 1, dev_args(0, 0)) == status(0)
     holder = stranger.popen([harness.SYSTEM_PYTHON, "-c", HOLD_LOCK, host.state_file + ".lock", "30"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
