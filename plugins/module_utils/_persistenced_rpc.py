@@ -31,6 +31,7 @@ import errno
 import os
 import re
 import socket
+import stat
 import struct
 import time
 from collections import namedtuple
@@ -255,6 +256,10 @@ def status_error(status, socket_path=None, bus_id=None, operation=None):
 # ---- the client -------------------------------------------------------------------
 
 
+class _NotASocket(OSError):
+    """The socket path names something other than a socket."""
+
+
 def _xdr_ints(values):
     for value in values:
         if not -0x80000000 <= value <= 0xFFFFFFFF:
@@ -300,7 +305,7 @@ class PersistencedClient:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
-            sock.connect(self.socket_path)
+            self._connect_no_follow(sock)
         except socket.timeout:
             sock.close()
             raise PersistencedTimeoutError(
@@ -313,8 +318,30 @@ class PersistencedClient:
                 bus_id=bus_id, operation=operation)
         self._sock = sock
 
+    def _connect_no_follow(self, sock):
+        """Connect to the socket named by the path itself, never through a link.
+
+        The run directory belongs to the daemon's service user, who could put a
+        symbolic link there in place of the socket and make a root client talk
+        to any other socket on the host. So the name is opened with
+        O_PATH|O_NOFOLLOW, checked to be a socket, and connected through the
+        descriptor's /proc/self/fd entry, which can no longer be redirected.
+        """
+        path_fd = os.open(self.socket_path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            kind = os.fstat(path_fd).st_mode
+            if not stat.S_ISSOCK(kind):
+                raise _NotASocket("%s, not a socket; refusing to follow or use it (remove it "
+                                  "and restart the persistence daemon)" % (
+                                      "a symbolic link" if stat.S_ISLNK(kind) else "another kind of file"))
+            sock.connect("/proc/self/fd/%d" % path_fd)
+        finally:
+            os.close(path_fd)
+
     @staticmethod
     def _connect_reason(exc):
+        if isinstance(exc, _NotASocket):
+            return "the socket path is %s" % (exc,)
         code = getattr(exc, "errno", None)
         if code == errno.ENOENT:
             return "the socket does not exist; is nvidia-persistenced running?"

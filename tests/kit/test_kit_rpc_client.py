@@ -363,6 +363,6 @@ def test_module_is_stdlib_only_and_py38_syntax():
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
-    assert imported <= {"__future__", "errno", "os", "re", "socket", "struct", "time",
+    assert imported <= {"__future__", "errno", "os", "re", "socket", "stat", "struct", "time",
                         "collections"}
     assert "PRIVATE to the gpufleet.nvidia collection" in source
