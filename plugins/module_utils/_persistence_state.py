@@ -362,6 +362,55 @@ def hand_over(directory, owners, uid, gid, may_chown):
         os.close(dfd)
 
 
+def take_back(directory, uid):
+    """Give the state directory and its files back to root before the service user ``uid`` goes.
+
+    A directory left to a deleted account's uid would belong to whichever account gets that uid
+    next. Works through descriptors: the directory is opened without following a link and is
+    root's (so nobody else can change its entries) before any entry is touched; an entry is
+    changed only when it is a regular file of ``uid`` with one link. The marker is renewed so a
+    later run may hand the directory over again. Returns False when the directory is not
+    ``uid``'s (nothing to take back).
+    """
+    try:
+        dfd = open_dir(directory)
+    except StateError:
+        return False
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid != uid:
+            return False
+        os.fchown(dfd, 0, 0)
+        os.fchmod(dfd, 0o755)
+        for name in os.listdir(dfd):
+            try:
+                fd = os.open(name, _open_flags(), dir_fd=dfd)
+            except OSError:
+                continue  # a link (never followed) or an entry that went away
+            try:
+                fst = os.fstat(fd)
+                if stat.S_ISREG(fst.st_mode) and fst.st_uid == uid and fst.st_nlink == 1:
+                    os.fchown(fd, 0, 0)
+            finally:
+                os.close(fd)
+        if not _marked(dfd):
+            try:
+                os.unlink(MARKER, dir_fd=dfd)
+            except OSError:
+                pass
+            fd = os.open(MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0),
+                         0o644, dir_fd=dfd)
+            try:
+                os.write(fd, MARKER_TEXT.encode('ascii'))
+            finally:
+                os.close(fd)
+        return True
+    except OSError as exc:
+        raise StateError('cannot give the state directory %s back to root: %s' % (directory, exc.strerror))
+    finally:
+        os.close(dfd)
+
+
 def _marked(dfd):
     try:
         st = os.stat(MARKER, dir_fd=dfd, follow_symlinks=False)

@@ -140,7 +140,10 @@ options:
     type: float
     default: 30
   remove_user:
-    description: With O(state=absent), also remove O(user) and O(group) (never C(root)).
+    description:
+      - With O(state=absent), also remove O(user) and O(group) (never C(root)).
+      - The state directory, which that user owned, is first given back to root (with the files of that user in it,
+        through descriptors), so it never belongs to a free uid; a later V(present) run hands it over again.
     type: bool
     default: false
   bundled_source:
@@ -278,20 +281,27 @@ class Deployer(object):
         """Atomic replace of a root-owned file (unit, script, program) in a root-only directory.
 
         The mode is set on the temp file's descriptor, never by path; a failure leaves the old file as it
-        was and no temp file (atomic_move's own failure removes it through the module's cleanup list).
+        was and no temp file. Not atomic_move: for a new file it sets the default mode (0644) by path,
+        which would drop the program's execute bit; here only the SELinux label is copied, and the
+        rename happens in a directory only root can write.
         """
+        module = self.module
         directory = os.path.dirname(path)
         tmp = None
         try:
             if not os.path.isdir(directory):
                 os.makedirs(directory, 0o755)
             fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
-            self.module.add_cleanup_file(tmp)
+            module.add_cleanup_file(tmp)
             with os.fdopen(fd, 'w') as handle:
                 handle.write(text)
                 handle.flush()
                 os.fchmod(handle.fileno(), mode)
                 os.fsync(handle.fileno())
+            if module.selinux_enabled():
+                module.set_context_if_different(tmp, module.selinux_context(path) if os.path.exists(path)
+                                                else module.selinux_default_context(path), False)
+            os.rename(tmp, path)
         except (IOError, OSError) as exc:
             if tmp is not None:
                 try:
@@ -300,7 +310,6 @@ class Deployer(object):
                     pass
             self.fail('cannot write %s: %s; the file was left as it was' % (path, exc.strerror or exc),
                       changed=bool(self.result['actions']))
-        self.module.atomic_move(tmp, path, unsafe_writes=False)
 
     def restore_file(self, path, text, mode):
         if text is None:
@@ -578,7 +587,9 @@ class Deployer(object):
             actions.append('remove_binary')
         if p['remove_user'] and p['user'] != 'root':
             try:
-                pwd.getpwnam(p['user'])
+                uid = pwd.getpwnam(p['user']).pw_uid
+                if self.state_dir_owner() == uid:
+                    actions.append('reclaim_state_dir')  # never leave it to a uid that is about to be free
                 actions.append('remove_user')
             except KeyError:
                 pass
@@ -606,13 +617,23 @@ class Deployer(object):
                     self.control.reload_init()
                 elif action == 'remove_binary':
                     os.unlink(p['bundled_path'])
+                elif action == 'reclaim_state_dir':
+                    state.take_back(os.path.dirname(p['state_file']), pwd.getpwnam(p['user']).pw_uid)
                 elif action == 'remove_user':
                     self.remove_account('userdel', p['user'], pwd.getpwnam)
                 elif action == 'remove_group':
                     # userdel already removes a user's private group on most distributions
                     self.remove_account('groupdel', p['group'], grp.getgrnam)
-        except (pd.ServiceError, pd.ConfigError, OSError) as exc:
+        except (pd.ServiceError, pd.ConfigError, state.StateError, OSError) as exc:
             self.fail('removing the persistence daemon failed at %s: %s' % (action, exc))
+
+    def state_dir_owner(self):
+        """The uid owning the state directory, or None (missing, or not a real directory)."""
+        try:
+            st = os.lstat(os.path.dirname(os.path.normpath(self.params['state_file'])))
+        except OSError:
+            return None
+        return st.st_uid if stat.S_ISDIR(st.st_mode) else None
 
     def remove_account(self, tool, name, lookup):
         try:

@@ -329,3 +329,33 @@ def test_write_failure_leaves_the_file_and_no_temp_file(tmp_path, monkeypatch):
     assert path in str(exc.value) and 'No space left' in str(exc.value) and 'left as it was' in str(exc.value)
     assert open(path, 'rb').read() == before
     assert sorted(os.listdir(str(tmp_path))) == ['persistence.json', 'persistence.json.lock']
+
+
+def test_take_back_returns_the_directory_and_the_users_files_to_root(tmp_path):
+    """Before the service user is removed: nothing may stay owned by a uid about to be free."""
+    if os.geteuid() != 0:
+        pytest.fail('needs root (chown)')
+    directory = str(tmp_path / 'gpufleet')
+    os.close(state.create_dir(directory, state.inspect_dir(directory, [])))
+    state.hand_over(directory, [4242], 4242, 4242, may_chown=True)
+    path = os.path.join(directory, 'persistence.json')
+    with open(path, 'w') as handle:
+        handle.write('{}')
+    os.chown(path, 4242, 4242)
+    os.unlink(os.path.join(directory, state.MARKER))  # the user removed root's marker
+    os.symlink('/etc/hostname', os.path.join(directory, 'link'))
+    os.lchown(os.path.join(directory, 'link'), 4242, 4242)
+    root_file = os.path.join(directory, 'roots')
+    with open(root_file, 'w') as handle:
+        handle.write('x')
+    os.chown(root_file, 1, 1)  # someone else's file: left as it is
+
+    assert state.take_back(directory, 4242) is True
+    st = os.stat(directory)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 0, 0o755)
+    assert os.stat(path).st_uid == 0
+    assert os.lstat(os.path.join(directory, 'link')).st_uid == 4242  # a link is never followed or changed
+    assert os.stat('/etc/hostname').st_uid == 0
+    assert os.stat(root_file).st_uid == 1
+    assert state.inspect_dir(directory, [])['marked'] is True  # a later run may hand it over again
+    assert state.take_back(directory, 4242) is False  # not the user's any more: nothing to do
