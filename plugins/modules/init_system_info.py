@@ -18,8 +18,8 @@ description:
     C(upstart) when PID 1 is C(init) and answers C(initctl version) with C(init (upstart X.Y.Z)) (or, when the running
     init cannot be asked, C(initctl --version) names upstart); C(sysvinit) when PID 1 is C(init)
     (not a link to systemd) and C(/etc/init.d) exists; otherwise C(unknown)."
-  - For Upstart the version of the running init is reported (for example C(1.13.2) on Ubuntu 14.04/16.04, C(0.6.5) on
-    RHEL/CentOS 6): the two series differ in override files, C(initctl) output and C(expect) handling.
+  - "For Upstart the version of the running init is reported (for example C(1.13.2) on Ubuntu 14.04/16.04, C(0.6.5) on
+    RHEL/CentOS 6): the two series differ in override files, C(initctl) output and C(expect) handling."
   - A host with systemd installed but not running as PID 1 is not reported as C(systemd).
   - Containers whose PID 1 is a shim such as C(tini), C(dumb-init) or C(sh) are reported as C(unknown);
     nothing there starts services at boot. The evidence still lists the service tools found.
