@@ -334,7 +334,17 @@ class PersistencedClient:
                 raise _NotASocket("%s, not a socket; refusing to follow or use it (remove it "
                                   "and restart the persistence daemon)" % (
                                       "a symbolic link" if stat.S_ISLNK(kind) else "another kind of file"))
-            sock.connect("/proc/self/fd/%d" % path_fd)
+            # A full listen backlog answers EAGAIN at once on a socket with a timeout,
+            # where a blocking client (NVML's) would wait: wait too, within the timeout.
+            give_up = time.time() + self.timeout
+            while True:
+                try:
+                    sock.connect("/proc/self/fd/%d" % path_fd)
+                    return
+                except OSError as exc:
+                    if exc.errno != errno.EAGAIN or time.time() >= give_up:
+                        raise
+                time.sleep(0.002)
         finally:
             os.close(path_fd)
 

@@ -289,7 +289,17 @@ class Conn:
     def __init__(self, path, timeout=5.0):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
-        self.sock.connect(path)
+        # A full listen backlog answers a non-blocking connect with EAGAIN at once,
+        # where a blocking client (NVML's) waits: wait too, within the timeout.
+        give_up = time.monotonic() + timeout
+        while True:
+            try:
+                self.sock.connect(path)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    raise
+                time.sleep(0.002)
         self.xid = 0x1000
 
     def send(self, data):

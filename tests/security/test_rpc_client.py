@@ -11,6 +11,7 @@ connects again and again. The victim must never see a connection.
 
 import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -114,3 +115,55 @@ def test_link_swaps_racing_root_never_reach_the_victim(run_dir, victim, service_
     assert 0 < refused < tries, (tries, refused)  # both the link and the real socket were met
     assert listener.accepted == 0, "root's client followed a planted link %d times in %d tries" % (
         listener.accepted, tries)
+
+
+def drain(server):
+    """Accept whatever arrives until nothing has for half a second."""
+    server.settimeout(0.5)
+    while True:
+        try:
+            server.accept()
+        except socket.timeout:
+            return
+
+
+def test_a_full_listen_backlog_makes_root_wait_not_fail(sandbox, stranger):
+    """Connections that a flood leaves in the backlog answer root's connect with EAGAIN
+    at once; root's client waits for room (as a blocking client does) within its timeout."""
+    path = os.path.join(sandbox, "sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    os.chmod(path, 0o777)
+    server.listen(1)
+    fill = stranger.python_popen(
+        "import socket, sys, time\n"
+        "held = []\n"
+        "while True:\n"
+        "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.setblocking(False)\n"
+        "    try:\n"
+        "        s.connect(sys.argv[1])\n"
+        "    except BlockingIOError:\n"
+        "        break\n"
+        "    held.append(s)\n"
+        "print(len(held), flush=True)\n"
+        "time.sleep(30)\n", path, stdout=subprocess.PIPE, text=True)
+    try:
+        assert int(fill.stdout.readline()) >= 1  # the backlog is full now
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            probe.connect(path)
+        probe.close()
+        # The server drains its backlog a moment later, as the daemon does.
+        drainer = threading.Timer(0.3, drain, (server,))
+        drainer.start()
+        started = time.monotonic()
+        client = rpc.PersistencedClient(path, timeout=3.0)
+        client.connect()
+        client.close()
+        assert 0.2 < time.monotonic() - started < 3.0
+        drainer.join()
+    finally:
+        fill.kill()
+        fill.wait()
+        server.close()
