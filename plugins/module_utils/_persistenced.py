@@ -18,6 +18,7 @@ import base64
 import os
 import re
 import stat
+import time
 import zlib
 
 try:
@@ -302,7 +303,10 @@ def render_upstart(params, daemon_path, kind):
     ]
     if kind == 'driver':
         lines += ['', 'post-start exec %s' % ' '.join(sh_quote(a) for a in apply_argv(params))]
-    lines += ['', 'post-stop exec rm -rf %s' % RUN_DIR, '']
+    # No post-stop stanza: pre-start already makes the run directory afresh, and real
+    # Upstart 1.13 as PID 1 can abort (an assertion in job_process_terminated) when a
+    # post-stop process ends while a respawning job's state has moved on.
+    lines.append('')
     return '\n'.join(lines)
 
 
@@ -371,6 +375,13 @@ def plan(current, desired):
     return actions
 
 
+# What real Upstart's initctl says (exit 1) for a job already stopped or started:
+# 1.13 "Job has already been stopped" / "Unknown instance", 0.6.5 "Unknown instance";
+# both "Job is already running".
+UPSTART_ALREADY_STOPPED = ('Unknown instance', 'Job has already been stopped')
+UPSTART_ALREADY_STARTED = ('Job is already running',)
+
+
 class ServiceControl(object):
     """The init system's commands for one service. ``run(argv) -> (rc, out, err)``."""
 
@@ -409,8 +420,9 @@ class ServiceControl(object):
             rc, out, err = self.run([self._tool('systemctl'), 'is-active', self.service])
             return rc == 0
         if self.init_system == 'upstart':
-            rc, out, err = self.run([self._tool('initctl'), 'status', self.service])
-            return rc == 0 and 'start/running' in out
+            # "start/running" alone, with no ", process N", is a job whose main process
+            # Upstart has lost (it ended while a post-start ran): not running.
+            return 'start/running, process ' in self._upstart_status()
         return pid_alive(PID_FILE)
 
     # ---- actions ----------------------------------------------------------
@@ -456,15 +468,33 @@ class ServiceControl(object):
         return self._check([self.script, verb], '%s %s' % (verb, self.service))
 
     def start(self):
+        if self.init_system == 'upstart':
+            self._initctl('start', UPSTART_ALREADY_STARTED)
+            return
         self._verb('start')
 
-    def stop(self):
+    def stop(self, settle=15.0, sleep=time.sleep, clock=time.time):
         if self.init_system == 'upstart':
-            rc, out, err = self.run([self._tool('initctl'), 'stop', self.service])
-            if rc != 0 and 'Unknown instance' not in (err + out):
-                raise ServiceError('stop %s failed (rc=%d): %s' % (self.service, rc, (err or out).strip()))
+            self._initctl('stop', UPSTART_ALREADY_STOPPED)
+            # A job whose start failed can still be in stop/post-start while its
+            # post-start runs; a start issued then ends in "start/running" with no main
+            # process. Wait for stop/waiting.
+            give_up = clock() + settle
+            while 'stop/waiting' not in self._upstart_status() and clock() < give_up:
+                sleep(0.1)
             return
         self._verb('stop')
+
+    def _upstart_status(self):
+        rc, out, err = self.run([self._tool('initctl'), 'status', self.service])
+        return out if rc == 0 else ''
+
+    def _initctl(self, verb, already):
+        """``initctl VERB``; real Upstart exits 1 when the job is already where it was
+        asked to go, which is success here."""
+        rc, out, err = self.run([self._tool('initctl'), verb, self.service])
+        if rc != 0 and not any(text in (err + out) for text in already):
+            raise ServiceError('%s %s failed (rc=%d): %s' % (verb, self.service, rc, (err or out).strip()))
 
     def restart(self):
         if self.init_system == 'upstart':

@@ -538,6 +538,9 @@ class Deployer(object):
             if current['running']:
                 self.control.restart()
             notes.append('the previous service definition was restored')
+            if current['running'] and not self.control.is_running():
+                notes.append('but the previous daemon is not running again: start %s by hand and check its log'
+                             % p['service_name'])
         except Exception as exc:  # report both failures; the first is the one to fix
             notes.append('restoring the previous service definition also failed: %s' % exc)
         self.fail('%s; %s. Daemon log:\n%s' % (reason, '; '.join(notes), logs or '(no log lines found)'),

@@ -113,11 +113,57 @@ def test_upstart_job_stanzas():
     job = pd.render('upstart', params(user='root', group='root'), pd.DRIVER_PATH, 'driver')
     lines = job.splitlines()
     for stanza in ('start on runlevel [2345]', 'stop on runlevel [016]', 'expect fork', 'respawn',
-                   'pre-start script', 'end script', 'post-stop exec rm -rf /var/run/nvidia-persistenced'):
+                   'pre-start script', 'end script'):
         assert stanza in lines
+    # real Upstart 1.13 can abort as PID 1 when a respawning job's post-stop process ends
+    assert not any(line.startswith('post-stop') for line in lines)
     assert 'exec /usr/bin/nvidia-persistenced --persistence-mode' in lines  # root: no --user
     assert any(line.startswith('post-start exec /usr/local/sbin/gpufleet-persistenced --apply-saved-modes')
                for line in lines)
+
+
+def test_upstart_start_and_stop_accept_already_there():
+    """Real initctl exits 1 for a job already stopped or already running."""
+    answers = {'stop': (1, '', 'initctl: Job has already been stopped: nvidia-persistenced\n'),
+               'start': (1, '', 'initctl: Job is already running: nvidia-persistenced\n'),
+               'status': (0, 'nvidia-persistenced stop/waiting\n', '')}
+    calls = []
+
+    def run(argv):
+        calls.append(argv[1])
+        return answers[argv[1]]
+    control = pd.ServiceControl('upstart', 'nvidia-persistenced', run, {'initctl': '/sbin/initctl'})
+    control.stop()
+    control.start()
+    assert calls == ['stop', 'status', 'start']
+    answers['start'] = (1, '', 'initctl: Job failed to start\n')
+    with pytest.raises(pd.ServiceError, match='Job failed to start'):
+        control.start()
+
+
+def test_upstart_stop_waits_until_a_lingering_post_start_is_done():
+    """After a failed start, real Upstart stays in stop/post-start while the post-start
+    process runs; a start issued then leaves "start/running" with no main process."""
+    statuses = ['nvidia-persistenced stop/post-start, (post-start) process 462\n'] * 3 + \
+        ['nvidia-persistenced stop/waiting\n']
+    slept = []
+
+    def run(argv):
+        if argv[1] == 'status':
+            return 0, statuses.pop(0), ''
+        return 1, '', 'initctl: Job has already been stopped: nvidia-persistenced\n'
+    control = pd.ServiceControl('upstart', 'nvidia-persistenced', run, {'initctl': '/sbin/initctl'})
+    control.stop(sleep=slept.append)
+    assert statuses == [] and len(slept) == 3
+
+
+def test_upstart_running_needs_a_main_process():
+    def status(text):
+        return pd.ServiceControl('upstart', 'nvidia-persistenced', lambda argv: (0, text, ''),
+                                 {'initctl': '/sbin/initctl'})
+    assert status('nvidia-persistenced start/running, process 394\n').is_running()
+    assert not status('nvidia-persistenced start/running\n').is_running()  # main process lost
+    assert not status('nvidia-persistenced stop/waiting\n').is_running()
 
 
 def test_bundled_script_gets_the_hosts_python():
