@@ -158,8 +158,11 @@ notes:
     C(docs/security.md).
   - Local additions to the systemd unit belong in a drop-in (C(/etc/systemd/system/<service>.service.d/)), which this
     module never touches.
-  - Upstart is supported through its job file and C(initctl); there is no Upstart host in this collection's test lab,
-    so that path is tested against a faithful C(initctl) test double.
+  - Upstart is supported through its job file and C(initctl), tested against real Upstart 1.13.2 (Ubuntu 14.04/16.04)
+    and 0.6.5 (RHEL/CentOS 6) running as PID 1. The job has no C(post-stop) stanza (Upstart 1.13 as PID 1 can abort
+    when a respawning job's post-stop ends at the wrong moment): the C(pre-start) makes the run directory afresh, and
+    O(state=absent) removes it. C(initctl) answers for a job already stopped or started count as success, and a stop
+    waits until the job has settled in C(stop/waiting).
 seealso:
   - module: gpufleet.nvidia.init_system_info
   - module: gpufleet.nvidia.gpu_persistence
@@ -241,6 +244,7 @@ backup_file:
 import grp
 import os
 import pwd
+import shutil
 import stat
 import sys
 import tempfile
@@ -586,6 +590,10 @@ class Deployer(object):
             if self.control.is_enabled():
                 actions.append('disable')
             actions += ['remove_unit', 'reload_init']
+        if self.init == 'upstart' and os.path.lexists(pd.RUN_DIR):
+            # The Upstart job has no post-stop (see _persistenced.render_upstart), so the
+            # run directory outlives the daemon there.
+            actions.append('remove_run_dir')
         if os.path.exists(p['bundled_path']):
             actions.append('remove_binary')
         if p['remove_user'] and p['user'] != 'root':
@@ -618,6 +626,10 @@ class Deployer(object):
                     os.unlink(self.unit_path)
                 elif action == 'reload_init':
                     self.control.reload_init()
+                elif action == 'remove_run_dir':
+                    # rmtree works through directory descriptors and never follows a link
+                    # (the directory belongs to the service user).
+                    shutil.rmtree(pd.RUN_DIR)
                 elif action == 'remove_binary':
                     os.unlink(p['bundled_path'])
                 elif action == 'reclaim_state_dir':

@@ -95,7 +95,7 @@ def assert_converged(rc, out):
     assert "the fleet is converged" in out, tail
     summary = out.split("== per-host summary ==", 1)[1]
     hosts = re.findall(r"^(h\d+)\s", summary, re.M)
-    assert len(hosts) == 3, summary
+    assert len(hosts) == 4, summary
 
 
 def test_first_command_on_a_fresh_clone(clone):

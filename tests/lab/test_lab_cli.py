@@ -78,21 +78,19 @@ def test_inventories(lab, tmp_path):
 
 
 def test_inventory_groups_every_upstart_kind_under_upstart(lab, tmp_path):
-    kinds = ["upstart13", "upstart06", "upstart-double", "sysvinit"]
+    kinds = ["upstart", "upstart06", "sysvinit"]
     state = {"hosts": {"h%d" % (i + 1): {"kind": k, "ip": "10.250.0.%d" % (11 + i),
                                          "gpus": lab.gpu_description("h1", "1", "s")}
                        for i, k in enumerate(kinds)}}
     yml = tmp_path / "inv.yml"
     lab.write_inventory(state, yml, "yaml")
     children = json.loads(yml.read_text().split("\n", 1)[1])["all"]["children"]
-    assert list(children["upstart"]["hosts"]) == ["h1", "h2", "h3"]
-    assert list(children["upstart13"]["hosts"]) == ["h1"]
+    assert list(children["upstart"]["hosts"]) == ["h1", "h2"]
     assert list(children["upstart06"]["hosts"]) == ["h2"]
-    assert list(children["upstart_double"]["hosts"]) == ["h3"]
-    assert list(children["sysvinit"]["hosts"]) == ["h4"]
+    assert list(children["sysvinit"]["hosts"]) == ["h3"]
     hosts = children["gpu_nodes"]["hosts"]
-    assert [hosts[h]["lab_init_system"] for h in ("h1", "h2", "h3", "h4")] == \
-        ["upstart", "upstart", "upstart", "sysvinit"]
+    assert [hosts[h]["lab_init_system"] for h in ("h1", "h2", "h3")] == ["upstart", "upstart", "sysvinit"]
+    assert [hosts[h]["lab_kind"] for h in ("h1", "h2", "h3")] == ["upstart", "upstart06", "sysvinit"]
 
 
 def test_upstart_build_hash_follows_sources_and_recipe(lab, monkeypatch):
@@ -100,5 +98,5 @@ def test_upstart_build_hash_follows_sources_and_recipe(lab, monkeypatch):
     assert before == lab.upstart_hash()
     monkeypatch.setattr(lab, "UPSTART_BUILD", lab.UPSTART_BUILD + "\n# changed\n")
     assert lab.upstart_hash() != before
-    layer = lab.upstart_layer_hash("upstart13")
+    layer = lab.upstart_layer_hash("upstart")
     assert layer != lab.upstart_layer_hash("upstart06")

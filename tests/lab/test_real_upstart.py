@@ -1,5 +1,5 @@
-"""Real Upstart on lab hosts: the upstart13 (1.13.2) and upstart06 (0.6.5)
-kinds boot it as PID 1.  One fleet (h1 upstart13, h2 upstart06) is brought
+"""Real Upstart on lab hosts: the upstart (1.13.2) and upstart06 (0.6.5)
+kinds boot it as PID 1.  One fleet (h1 upstart, h2 upstart06) is brought
 up for the whole module and taken down at the end.
 
 Needs root, the lab's apt packages and the driver kit (tests/driverkit/setup),
@@ -49,7 +49,7 @@ def fleet():
     if up:
         pytest.fail("lab hosts %s are up (another run?): only one lab fits on a machine" % up)
     t0 = time.monotonic()
-    res = lab("up", "--hosts", "2", "--kinds", "upstart13,upstart06", "--gpus", "2")
+    res = lab("up", "--hosts", "2", "--kinds", "upstart,upstart06", "--gpus", "2")
     assert res.returncode == 0, res.stderr
     print("lab up (build if needed, boot 2 hosts): %.1f s" % (time.monotonic() - t0))
     try:
