@@ -511,7 +511,7 @@ def _lock(dfd, name, path, owner, timeout):
             try:
                 # O_EXCL: never through a link planted in between
                 fd = os.open(name, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
-                             getattr(os, 'O_CLOEXEC', 0), 0o644, dir_fd=dfd)
+                             getattr(os, 'O_CLOEXEC', 0), 0o600, dir_fd=dfd)
             except OSError as exc2:
                 if exc2.errno == errno.EEXIST:
                     continue
@@ -527,6 +527,10 @@ def _lock(dfd, name, path, owner, timeout):
         raise StateError('the lock file %s keeps changing under us; run again' % lock_path)
     try:
         _check_file(fd, lock_path, owner[0] if owner else os.fstat(dfd).st_uid, 'lock file')
+        # Any user who can open the lock file can hold a shared flock on it and stall
+        # every writer: only its owner (and root) may open it.
+        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+            os.fchmod(fd, 0o600)
         deadline = time.time() + timeout
         while True:
             try:

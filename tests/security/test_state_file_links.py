@@ -205,3 +205,23 @@ def test_root_updates_still_work_beside_a_racing_reader(sandbox, service_user, d
     proc = service_user.run([ATTACKER_PYTHON, "-c", "import json,sys; print(json.load(open(sys.argv[1]))['gpus']"
                              "[%r]['mode'])" % UUID, path])
     assert proc.returncode == 0 and proc.stdout.strip() in ("enabled", "disabled"), proc.stderr
+
+
+def test_no_other_user_can_hold_the_state_lock(sandbox, service_user, stranger):
+    """A shared flock needs only a read-only descriptor: a lock file others can open
+    would let any local user stall every writer. The lock is the owner's alone, also
+    one an older release left 0644."""
+    state_dir, _vault, _secret = make_layout(sandbox, service_user)
+    path = os.path.join(state_dir, "persistence.json")
+    lock = path + ".lock"
+    with open(lock, "w"):
+        pass
+    os.chmod(lock, 0o644)
+    os.chown(lock, service_user.uid, service_user.gid)
+    state.update(path, lambda current: current)
+    assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+    held = stranger.python("import fcntl, sys; fcntl.flock(open(sys.argv[1]), fcntl.LOCK_SH)", lock)
+    assert held.returncode != 0 and "PermissionError" in held.stderr, held.stderr
+    os.unlink(lock)
+    state.update(path, lambda current: current)  # a new lock file is the owner's alone from the start
+    assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
