@@ -159,10 +159,10 @@ notes:
   - Local additions to the systemd unit belong in a drop-in (C(/etc/systemd/system/<service>.service.d/)), which this
     module never touches.
   - Upstart is supported through its job file and C(initctl), tested against real Upstart 1.13.2 (Ubuntu 14.04/16.04)
-    and 0.6.5 (RHEL/CentOS 6) running as PID 1. The job has no C(post-stop) stanza (Upstart 1.13 as PID 1 can abort
-    when a respawning job's post-stop ends at the wrong moment): the C(pre-start) makes the run directory afresh, and
-    O(state=absent) removes it. C(initctl) answers for a job already stopped or started count as success, and a stop
-    waits until the job has settled in C(stop/waiting).
+    and 0.6.5 (RHEL/CentOS 6) running as PID 1. The job has no C(post-stop) stanza, since Upstart 1.13 as PID 1 can
+    abort when a respawning job's post-stop ends at the wrong moment; the C(pre-start) makes the run directory afresh,
+    and O(state=absent) removes it. C(initctl) answers for a job already stopped or started count as success, and a
+    stop waits until the job has settled in C(stop/waiting).
 seealso:
   - module: gpufleet.nvidia.init_system_info
   - module: gpufleet.nvidia.gpu_persistence
