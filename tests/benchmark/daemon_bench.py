@@ -10,7 +10,7 @@ root, private mount namespaces), and prints one table:
 * peak RSS (VmHWM) of each daemon after the load;
 * wake-ups (voluntary + involuntary context switches) over an idle window.
 
-Targets (docs: DESIGN.md section 7, issue 6): our p50 within 2x of NVIDIA's,
+Targets (docs/benchmark/targets.md): our p50 within 2x of NVIDIA's,
 our RSS <= 20 MB, zero idle wake-ups. It is a measurement, not a test: it
 prints the verdicts and exits 0 unless ``--strict`` is given and a target is
 missed. Usage (as root, after tests/driverkit/setup)::

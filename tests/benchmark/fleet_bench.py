@@ -483,7 +483,7 @@ def write_report(results, args, command, started, finished, outdir):
           "that ran a module on the host (loop items one by one); *SSH trips/host* counts ssh/sftp/scp processes "
           "the connection plugin started for the host; restarts and reloads are summed over the fleet; "
           "*canaries down* is the number of hosts whose canary container was no longer running after the re-run.",
-          "", "## Targets (DESIGN.md section 7)", ""] + lines_v + ["", "## Where the time goes", ""] + \
+          "", "## Targets (`targets.md`)", ""] + lines_v + ["", "## Where the time goes", ""] + \
         profile_lines(results) + ["![wall time per fleet size](fleet.png)", "",
                                   "Causes of the misses and the fixes they need: `analysis.md`.", ""]
     with open(os.path.join(outdir, "results.md"), "w") as handle:

@@ -9,7 +9,7 @@ groups, no capabilities); races run until the deadline, the module running
 for real (``python -m ...docker_runtime args.json``) again and again while
 the attacker plants symbolic and hard links.
 
-On the code before issue 13 every test here fails: the module writes through
+On the code before this hardening every test here failed: the module writes through
 the planted link (the root-only "secret" becomes daemon.json), keeps the
 attacker as the file's owner, creates the directory through the attacker's
 link, and never refuses.

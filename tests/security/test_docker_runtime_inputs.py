@@ -12,7 +12,7 @@
   (no FileExistsError), looping until the deadline.
 
 The module runs for real (``python -m ...docker_runtime args.json``). On the
-code before issue 13 every test here fails with a traceback in the module's
+code before this hardening every test here failed with a traceback in the module's
 output (RecursionError, MemoryError, OSError, FileExistsError, or Ansible's
 atomic_move exception).
 """

@@ -407,7 +407,7 @@ def test_compare_running_cdi_on_new_dockerd():
     assert dj.compare_running(cfg, info, 'nvidia', 'present') == ([], [])
 
 
-# ---------------------------------------------------------------- issue 13: defaults, warnings, bad input, paths
+# ---------------------------------------------------------------- defaults, warnings, bad input, paths
 
 
 def test_default_not_given_keeps_the_users_default():
