@@ -320,12 +320,7 @@ def create_dir(directory, facts):
         if st.st_uid != 0:
             raise StateError('the state directory %s changed owner while it was being created; run again' % directory)
         os.fchmod(dfd, 0o755)  # mkdir's mode went through the umask
-        fd = os.open(MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0),
-                     0o644, dir_fd=dfd)
-        try:
-            os.write(fd, MARKER_TEXT.encode('ascii'))
-        finally:
-            os.close(fd)
+        _write_marker(dfd)
     except OSError as exc:
         os.close(dfd)
         raise StateError('cannot mark the new state directory %s as ours: %s' % (directory, exc.strerror))
@@ -398,17 +393,28 @@ def take_back(directory, uid):
                 os.unlink(MARKER, dir_fd=dfd)
             except OSError:
                 pass
-            fd = os.open(MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0),
-                         0o644, dir_fd=dfd)
-            try:
-                os.write(fd, MARKER_TEXT.encode('ascii'))
-            finally:
-                os.close(fd)
+            _write_marker(dfd)
         return True
     except OSError as exc:
         raise StateError('cannot give the state directory %s back to root: %s' % (directory, exc.strerror))
     finally:
         os.close(dfd)
+
+
+def _create_new(name, dfd, mode, access=os.O_WRONLY):
+    """Create ``name`` in the directory ``dfd``; fails when anything is there already,
+    a link planted in between included (O_EXCL|O_NOFOLLOW)."""
+    return os.open(name, access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0), mode,
+                   dir_fd=dfd)
+
+
+def _write_marker(dfd):
+    """Our root-owned marker in the directory ``dfd``: a later run may hand that directory over."""
+    fd = _create_new(MARKER, dfd, 0o644)
+    try:
+        os.write(fd, MARKER_TEXT.encode('ascii'))
+    finally:
+        os.close(fd)
 
 
 def _marked(dfd):
@@ -509,9 +515,7 @@ def _lock(dfd, name, path, owner, timeout):
             if exc.errno != errno.ENOENT:
                 raise StateError('cannot open the lock file %s: %s' % (lock_path, exc.strerror))
             try:
-                # O_EXCL: never through a link planted in between
-                fd = os.open(name, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
-                             getattr(os, 'O_CLOEXEC', 0), 0o600, dir_fd=dfd)
+                fd = _create_new(name, dfd, 0o600, os.O_RDONLY)
             except OSError as exc2:
                 if exc2.errno == errno.EEXIST:
                     continue
@@ -559,8 +563,7 @@ def _write_at(dfd, name, path, text, owner):
         for _attempt in range(100):
             candidate = '.%s.%s.tmp' % (name, os.urandom(6).hex())
             try:
-                fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
-                             getattr(os, 'O_CLOEXEC', 0), 0o600, dir_fd=dfd)
+                fd = _create_new(candidate, dfd, 0o600)
             except OSError as exc:
                 if exc.errno == errno.EEXIST:
                     continue
