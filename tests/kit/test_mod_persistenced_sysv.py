@@ -160,25 +160,27 @@ def as_nobody_in_host(host, shell):
     return proc.stdout
 
 
-def kill_own_daemon(host):
-    """The service user kills its own daemon (SIGKILL: no cleanup), as it always can."""
+def started_then_killed(host, kind):
+    """Install the script, start the daemon through it, then let the service user kill
+    it (SIGKILL: no cleanup), as it always can; the run directory stays the user's."""
+    script = install_script(host, kind)
+    rc, out = service(host, script, "start")
+    assert rc == 0, out
     pid = pid_of(host)
+    host.daemon_pids.append(pid)  # cleaned up by the fixture should the kill fail
     as_nobody_in_host(host, "kill -KILL %d" % pid)
     assert wait_gone(pid)
     host.daemon_pids.remove(pid)
+    return script
 
 
 @pytest.mark.parametrize("kind", ["driver", "bundled"])
 def test_a_pid_file_link_left_by_the_service_user_is_not_followed_at_the_next_start(make_host, kind):
     host = make_host(gpus=1)
-    script = install_script(host, kind)
     vault = os.path.join(host.dir, "vault")
     os.mkdir(vault, 0o711)  # root's: nobody can name a path in it, not create one
     victim = os.path.join(vault, "created-by-root")
-    rc, out = service(host, script, "start")
-    assert rc == 0, out
-    host.daemon_pids.append(pid_of(host))
-    kill_own_daemon(host)
+    script = started_then_killed(host, kind)
     as_nobody_in_host(host, "rm -f /run/nvidia-persistenced/nvidia-persistenced.pid && "
                             "ln -s %s /run/nvidia-persistenced/nvidia-persistenced.pid" % victim)
     rc, out = service(host, script, "start")
@@ -191,11 +193,7 @@ def test_a_pid_file_link_left_by_the_service_user_is_not_followed_at_the_next_st
 
 def test_a_fifo_at_the_pid_file_does_not_hang_the_script(make_host):
     host = make_host(gpus=1)
-    script = install_script(host, "bundled")
-    rc, out = service(host, script, "start")
-    assert rc == 0, out
-    host.daemon_pids.append(pid_of(host))
-    kill_own_daemon(host)
+    script = started_then_killed(host, "bundled")
     as_nobody_in_host(host, "rm -f /run/nvidia-persistenced/nvidia-persistenced.pid && "
                             "mkfifo /run/nvidia-persistenced/nvidia-persistenced.pid")
     try:
@@ -207,11 +205,7 @@ def test_a_fifo_at_the_pid_file_does_not_hang_the_script(make_host):
 
 def test_a_forged_pid_file_cannot_make_root_signal_another_process(make_host):
     host = make_host(gpus=1)
-    script = install_script(host, "bundled")
-    rc, out = service(host, script, "start")
-    assert rc == 0, out
-    host.daemon_pids.append(pid_of(host))
-    kill_own_daemon(host)
+    script = started_then_killed(host, "bundled")
     # a root process whose name says "persistenced" (an admin's editor on the script, say)
     decoy = subprocess.Popen(["bash", "-c", "exec -a /usr/bin/nvidia-persistenced sleep 120"])
     try:
