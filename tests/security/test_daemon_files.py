@@ -224,10 +224,12 @@ def test_links_planted_during_root_starts(host, service_user, sandbox, deadline)
     assert outcomes.get(0), outcomes
 
 
-HOLD_PID_LOCK = r"""
+# Holds a shared lock on a file it can only read: argv = path, seconds, lockf|flock
+# (the pid file is locked with lockf, the state file's lock with flock).
+HOLD_SHARED_LOCK = r"""
 import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDONLY)
-fcntl.lockf(fd, fcntl.LOCK_SH)
+getattr(fcntl, sys.argv[3])(fd, fcntl.LOCK_SH)
 print("held", flush=True)
 time.sleep(float(sys.argv[2]))
 """
@@ -239,7 +241,7 @@ def test_a_stranger_holding_a_read_lock_on_a_stale_pid_file_cannot_keep_the_daem
     first = start(host)
     assert first.returncode == 0, first.stderr
     kill_all(host)
-    holder = stranger.popen([harness.SYSTEM_PYTHON, "-c", HOLD_PID_LOCK, host.tree.pid_file, "30"],
+    holder = stranger.popen([harness.SYSTEM_PYTHON, "-c", HOLD_SHARED_LOCK, host.tree.pid_file, "30", "lockf"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held", holder.stderr.read()
@@ -374,15 +376,6 @@ def test_state_writes_as_root_do_not_follow_planted_links(host, service_user, sa
     assert not os.path.lexists(created)
 
 
-HOLD_LOCK = r"""
-import fcntl, os, sys, time
-fd = os.open(sys.argv[1], os.O_RDONLY)
-fcntl.flock(fd, fcntl.LOCK_SH)
-print("held", flush=True)
-time.sleep(float(sys.argv[2]))
-"""
-
-
 def test_a_stranger_holding_the_state_lock_cannot_stall_the_daemon(host, stranger):
     """Any local user can open a 0644 lock file (as earlier versions and other
     writers created it) and hold a shared flock on it: root's Set must still be
@@ -395,7 +388,7 @@ def test_a_stranger_holding_the_state_lock_cannot_stall_the_daemon(host, strange
     assert proc.returncode == 0, proc.stderr
     with Conn(host.tree.socket, timeout=2.0) as conn:
         assert conn.call(1, 1, dev_args(0, 0)) == status(0)
-    holder = stranger.popen([harness.SYSTEM_PYTHON, "-c", HOLD_LOCK, host.state_file + ".lock", "30"],
+    holder = stranger.popen([harness.SYSTEM_PYTHON, "-c", HOLD_SHARED_LOCK, host.state_file + ".lock", "30", "flock"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held", holder.stderr.read()
