@@ -599,7 +599,8 @@ class Deployer(object):
         if p['remove_user'] and p['user'] != 'root':
             try:
                 uid = pwd.getpwnam(p['user']).pw_uid
-                if self.state_dir_owner() == uid:
+                directory = self.state_dir_of(uid)
+                if directory:
                     actions.append('reclaim_state_dir')  # never leave it to a uid that is about to be free
                 actions.append('remove_user')
             except KeyError:
@@ -633,7 +634,7 @@ class Deployer(object):
                 elif action == 'remove_binary':
                     os.unlink(p['bundled_path'])
                 elif action == 'reclaim_state_dir':
-                    state.take_back(os.path.dirname(p['state_file']), pwd.getpwnam(p['user']).pw_uid)
+                    state.take_back(directory, uid)
                 elif action == 'remove_user':
                     self.remove_account('userdel', p['user'], pwd.getpwnam)
                 elif action == 'remove_group':
@@ -642,13 +643,14 @@ class Deployer(object):
         except (pd.ServiceError, pd.ConfigError, state.StateError, OSError) as exc:
             self.fail('removing the persistence daemon failed at %s: %s' % (action, exc))
 
-    def state_dir_owner(self):
-        """The uid owning the state directory, or None (missing, or not a real directory)."""
+    def state_dir_of(self, uid):
+        """The state directory when it is a real directory owned by ``uid``, else None."""
         try:
-            st = os.lstat(os.path.dirname(os.path.normpath(self.params['state_file'])))
-        except OSError:
+            directory = state.check_path(self.params['state_file'])
+            st = os.lstat(directory)
+        except (state.StateError, OSError):
             return None
-        return st.st_uid if stat.S_ISDIR(st.st_mode) else None
+        return directory if stat.S_ISDIR(st.st_mode) and st.st_uid == uid else None
 
     def remove_account(self, tool, name, lookup):
         try:
