@@ -250,11 +250,10 @@ msg:
   sample: "/etc/docker/daemon.json changed; dockerd was reloaded (SIGHUP, containers keep running): runtime \"nvidia\" is not loaded"
 '''
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as daemon_json
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, socket_path_from_host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_system import detect
 
@@ -305,13 +304,7 @@ def main():
                 daemon_json.option_keys_from_help(help_text))
 
     def mover(src, dest):
-        # Not atomic_move: it changes owner and mode by path. The new file already has them (set on its
-        # descriptor); only the SELinux label is copied, in a directory only root can write.
-        if module.selinux_enabled():
-            context = (module.selinux_context(dest) if os.path.exists(dest)
-                       else module.selinux_default_context(dest))
-            module.set_context_if_different(src, context, False)
-        os.rename(src, dest)
+        _host.rename_into_place(module, src, dest)
 
     try:
         result = daemon_json.converge(

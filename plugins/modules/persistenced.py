@@ -252,6 +252,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
@@ -285,9 +286,7 @@ class Deployer(object):
         """Atomic replace of a root-owned file (unit, script, program) in a root-only directory.
 
         The mode is set on the temp file's descriptor, never by path; a failure leaves the old file as it
-        was and no temp file. Not atomic_move: for a new file it sets the default mode (0644) by path,
-        which would drop the program's execute bit; here only the SELinux label is copied, and the
-        rename happens in a directory only root can write.
+        was and no temp file (see _host.rename_into_place for why not atomic_move).
         """
         module = self.module
         directory = os.path.dirname(path)
@@ -302,10 +301,7 @@ class Deployer(object):
                 handle.flush()
                 os.fchmod(handle.fileno(), mode)
                 os.fsync(handle.fileno())
-            if module.selinux_enabled():
-                module.set_context_if_different(tmp, module.selinux_context(path) if os.path.exists(path)
-                                                else module.selinux_default_context(path), False)
-            os.rename(tmp, path)
+            _host.rename_into_place(module, tmp, path)
         except (IOError, OSError) as exc:
             if tmp is not None:
                 try:

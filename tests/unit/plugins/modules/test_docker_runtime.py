@@ -15,6 +15,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.modules import docker_runtime
 
 
@@ -383,7 +384,7 @@ def test_write_failure_is_failed_not_a_traceback(run_module, tmp_path, monkeypat
     def no_space(src, dest):
         raise OSError(28, 'No space left on device')
 
-    monkeypatch.setattr(docker_runtime.os, 'rename', no_space)
+    monkeypatch.setattr(_host.os, 'rename', no_space)  # the rename the module's mover does
     out = run_module({'path': path}, FakeDockerd())
     assert out.failed and out.result['msg'].startswith(path + ': cannot write: No space left on device')
     assert open(path).read() == '{}\n' and os.listdir(str(tmp_path)) == ['daemon.json']
