@@ -1,29 +1,627 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Host file helpers shared by the modules.
+"""Host helpers every module shares: safe paths, atomic writes, locks, /proc, tools.
 
 This module is PRIVATE to the gpufleet.nvidia collection: its API may change
-at any time.
+at any time. It imports nothing of ours but ``_errors`` (the bottom layer).
+
+The modules run as root. Anyone who can write a directory on the way to a
+file root writes could turn that write into a write anywhere, so:
+
+* ``resolve_path`` checks every directory on the way: owned by root or by the
+  user running the module, writable by nobody else (an ancestor may be a
+  sticky directory such as /tmp); a symbolic link is followed only when it
+  sits in such a directory and is owned by root or us.
+* ``read_file`` opens with O_NOFOLLOW and reads within a size limit.
+* ``write_at`` / ``write_atomic``: a new temp file in the same directory
+  (O_EXCL|O_NOFOLLOW), mode and owner set on its descriptor, fsync, rename,
+  directory fsync; a failure leaves the old file and no temp file.
+  ``write_at`` works through a directory descriptor, for directories another
+  user owns (the persistence state directory).
+* ``directory_lock`` serialises our writers with a flock on the directory.
+* ``/proc`` readers and ``read_pid_file`` never follow links or block on FIFOs.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
+import errno
+import fcntl
 import os
+import stat
+import time
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
+
+# Where init-system tools and daemons live, besides $PATH (Debian, Ubuntu, EL).
+TOOL_DIRS = ('/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin')
+MAX_SYMLINKS = 40
+NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0)
+CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
+DIRECTORY = getattr(os, 'O_DIRECTORY', 0)
+NONBLOCK = getattr(os, 'O_NONBLOCK', 0)
+_TEMP_SUFFIX = '.tmp'
 
 
-def rename_into_place(module, src, dest):
-    """Rename ``src`` (a finished temp file beside ``dest``) over ``dest``.
+# --------------------------------------------------------------------------
+# Who may change a path
+# --------------------------------------------------------------------------
 
-    Not ``module.atomic_move``: that changes owner and mode by path, and gives a new
-    file the default mode (0644), which would drop a program's execute bit. The temp
-    file already has its owner and mode (set on its descriptor); only the SELinux
-    label is copied. Callers use it only in directories that only root can write.
+def _trusted_uids():
+    return (0, os.geteuid())
+
+
+def untrusted(st, sticky_ok=False):
+    """Why someone other than root (or us) can change this entry, or None."""
+    if st.st_uid not in _trusted_uids():
+        return 'is owned by uid %d' % st.st_uid
+    if stat.S_ISLNK(st.st_mode):
+        return None  # a link's own mode means nothing; its directory decides
+    if st.st_mode & 0o022 and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        who = 'every user' if st.st_mode & 0o002 else 'group %d' % st.st_gid
+        return 'is writable by %s (mode %04o)' % (who, stat.S_IMODE(st.st_mode))
+    return None
+
+
+def refuse(path, what, why, fix, reader='the program that reads it'):
+    raise HostFileError('%s: refusing to use %s: it %s, so another user could make this root-run module write '
+                        'or replace any file, or control %s. %s' % (path, what, why, reader, fix))
+
+
+def _split(path):
+    return [part for part in path.split('/') if part]
+
+
+def resolve_path(path, reader='the program that reads it'):
+    """Where to write ``path``: its real location, checked to be out of other users' reach.
+
+    Returns the real path; trailing components may not exist yet. Raises
+    HostFileError when a directory on the way, a link followed or the file's
+    directory can be changed by a user other than root or us, and for a
+    dangling link (creating its target could write anywhere). ``reader`` names
+    who would be controlled, for the message.
     """
-    if module.selinux_enabled():
+    absolute = path if path.startswith('/') else os.getcwd() + '/' + path
+    pending = _split(absolute)
+    current = '/'
+    problem = untrusted(os.lstat('/'), sticky_ok=True)
+    if problem:
+        refuse(path, 'the directory /', problem, 'Fix the ownership of /.', reader)
+    hops = 0
+    followed = None
+    while pending:
+        name = pending.pop(0)
+        if name == '.':
+            continue
+        if name == '..':
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            st = os.lstat(candidate)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                raise HostFileError('%s: cannot inspect %s: %s' % (path, candidate, exc.strerror))
+            if followed is not None and not pending:
+                raise HostFileError('%s is a symbolic link to %s, which does not exist; create the target or '
+                                    'remove the link.' % (path, candidate))
+            if '..' in pending:
+                raise HostFileError('%s: "%s" does not exist and the path goes on with "..": give a plain path.'
+                                    % (path, candidate))
+            real = os.path.join(candidate, *[part for part in pending if part != '.'])
+            _check_parent(path, real, reader)
+            return real
+        if stat.S_ISLNK(st.st_mode):
+            problem = untrusted(st)
+            if problem:
+                refuse(path, 'the symbolic link %s' % candidate, problem,
+                       'Remove the link, or replace it with a link owned by root.', reader)
+            hops += 1
+            if hops > MAX_SYMLINKS:
+                raise HostFileError('%s: too many levels of symbolic links.' % path)
+            target = os.readlink(candidate)
+            if target.startswith('/'):
+                current = '/'
+            if not pending:
+                followed = candidate  # the file itself is a link: its target must exist
+            pending = _split(target) + pending
+            continue
+        if not pending:
+            current = candidate
+            break
+        if not stat.S_ISDIR(st.st_mode):
+            raise HostFileError('%s: %s is not a directory.' % (path, candidate))
+        problem = untrusted(st, sticky_ok=True)
+        if problem:
+            refuse(path, 'the directory %s' % candidate, problem,
+                   'Make it owned by root and writable only by root (chown root: %s; chmod go-w %s).'
+                   % (candidate, candidate), reader)
+        current = candidate
+    _check_parent(path, current, reader)
+    return current
+
+
+def _check_parent(path, real, reader):
+    """The file's own directory holds our temp files and backups: nobody else may write it, sticky or not."""
+    directory = os.path.dirname(real)
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return  # missing: ensure_directory creates it
+    problem = untrusted(st)
+    if problem:
+        refuse(path, 'the directory %s' % directory, problem,
+               'Keep the configuration in a directory only root can write (chown root: %s; chmod 0755 %s).'
+               % (directory, directory), reader)
+
+
+# --------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------
+
+class HostFile(object):
+    """A file as read: ``exists``, ``real`` (the path written), ``text``, ``stat`` (of the opened file)."""
+
+    def __init__(self, exists, real, text, st):
+        self.exists = exists
+        self.real = real
+        self.text = text
+        self.stat = st
+
+
+def read_file(path, real, limit, reader='the program that reads it'):
+    """Read ``path`` (already resolved to ``real``) without following a link, within ``limit`` bytes, as UTF-8.
+
+    A missing file is ``HostFile(False, real, '', None)``. The file must be a
+    regular file owned by root or us and writable by nobody else.
+    """
+    try:
+        fd = os.open(real, os.O_RDONLY | NOFOLLOW | NONBLOCK | CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return HostFile(False, real, '', None)
+        if exc.errno == errno.ELOOP:
+            raise HostFileError('%s: %s became a symbolic link while being read; nothing was changed. Run again.'
+                                % (path, real))
+        raise HostFileError('%s: cannot read: %s' % (path, exc.strerror))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise HostFileError('%s is not a regular file.' % path)
+        problem = untrusted(st)
+        if problem:
+            refuse(path, 'the file %s' % real, problem,
+                   'It is read by a program running as root: make it owned by root and writable only by root '
+                   '(chown root: %s; chmod 0644 %s).' % (real, real), reader)
+        if st.st_size > limit:
+            raise HostFileError('%s: the file is %d bytes; a configuration larger than %d bytes is refused. '
+                                'The file was left untouched.' % (path, st.st_size, limit))
+        chunks = []
+        size = 0
+        while size <= limit:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError as exc:
+                raise HostFileError('%s: cannot read: %s' % (path, exc.strerror))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise HostFileError('%s: the file grew past %d bytes while being read; it was left untouched.'
+                                % (path, limit))
+    finally:
+        os.close(fd)
+    try:
+        text = b''.join(chunks).decode('utf-8')
+    except UnicodeDecodeError as exc:
+        raise HostFileError('%s: not valid UTF-8 (%s). The file was left untouched.' % (path, exc))
+    return HostFile(True, real, text, st)
+
+
+def read_text(path):
+    """A root-owned file's text (a unit, a script), or None when it cannot be read."""
+    try:
+        with open(path, 'r') as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def tail_file(path, limit=16384):
+    """The last ``limit`` bytes of a log file, as text ('' when unreadable)."""
+    try:
+        with open(path, 'rb') as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            return handle.read().decode('utf-8', 'replace')
+    except (IOError, OSError):
+        return ''
+
+
+# --------------------------------------------------------------------------
+# Directories and locks
+# --------------------------------------------------------------------------
+
+def ensure_directory(path, mode=0o755):
+    """Create the missing directories above ``path`` (a resolved path); True when one was created.
+
+    Each is made with mkdir (which never follows a link) in a directory
+    ``resolve_path`` found trusted; an existing entry (another run made it
+    first) must be a real directory we trust. The mode is set on the
+    descriptor, whatever the umask.
+    """
+    directory = os.path.dirname(path)
+    missing = []
+    while directory != '/' and not os.path.lexists(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    created = False
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+            made = True
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise HostFileError('%s: cannot create the directory %s: %s. Nothing was written.'
+                                    % (path, directory, exc.strerror))
+            made = False
+        try:
+            fd = os.open(directory, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC)
+        except OSError as exc:
+            raise HostFileError('%s: %s is not a directory we can use (%s). Nothing was written.'
+                                % (path, directory, exc.strerror))
+        try:
+            st = os.fstat(fd)
+            if made:
+                os.fchmod(fd, mode)
+                created = True
+            else:
+                problem = untrusted(st)
+                if problem:
+                    refuse(path, 'the directory %s' % directory, problem,
+                           'Make it owned by root and writable only by root.')
+        except OSError as exc:
+            raise HostFileError('%s: cannot set the mode of %s: %s' % (path, directory, exc.strerror))
+        finally:
+            os.close(fd)
+    return created
+
+
+@contextlib.contextmanager
+def directory_lock(path, timeout=120.0):
+    """Exclusive flock on the file's directory: serialises our writers, leaves no lock file behind.
+
+    Without the directory (check mode before it is created) there is nothing to lock.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        yield
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC)
+    except OSError as exc:
+        raise HostFileError('%s: cannot open its directory %s to lock it: %s' % (path, directory, exc.strerror))
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise HostFileError('%s: cannot lock %s: %s' % (path, directory, exc.strerror))
+                if time.time() > deadline:
+                    raise HostFileError('%s: another writer held the lock on %s for %ds' % (path, directory, timeout))
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+def open_directory(directory):
+    """A descriptor of ``directory`` itself, never of a link in its place."""
+    return os.open(directory, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC)
+
+
+def fsync_directory(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY | DIRECTORY | CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------
+
+def create_new_at(dfd, name, mode, access=os.O_WRONLY):
+    """Create ``name`` in the directory ``dfd``; fails when anything is there already,
+    a link planted in between included (O_EXCL|O_NOFOLLOW)."""
+    return os.open(name, access | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, mode, dir_fd=dfd)
+
+
+def temp_prefix(name):
+    """Temp files for ``name`` are ``.<basename>.<random>.tmp`` beside it."""
+    return '.%s.' % os.path.basename(name)
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def write_at(dfd, name, data, mode, owner=None, owner_required=True, label=None):
+    """Replace ``name`` in the directory ``dfd`` with ``data`` (bytes), atomically.
+
+    A fresh temp file (O_EXCL|O_NOFOLLOW, mode 0600) gets ``data``, then
+    ``owner`` (uid, gid; an EPERM is ignored unless ``owner_required``) and
+    ``mode`` through its descriptor, fsync, ``label(temp_name)`` (e.g. copy an
+    SELinux label), a rename within ``dfd`` and an fsync of ``dfd``. Raises
+    OSError; the old file is then as it was and no temp file is left.
+    """
+    tmp = None
+    fd = None
+    try:
+        for _attempt in range(100):
+            candidate = '%s%s%s' % (temp_prefix(name), os.urandom(6).hex(), _TEMP_SUFFIX)
+            try:
+                fd = create_new_at(dfd, candidate, 0o600)
+            except OSError as exc:
+                if exc.errno == errno.EEXIST:
+                    continue
+                raise
+            tmp = candidate
+            break
+        else:
+            raise OSError(errno.EEXIST, 'no free temporary file name')
+        write_all(fd, data)
+        if owner is not None and tuple(owner) != (os.geteuid(), os.getegid()):
+            try:
+                os.fchown(fd, owner[0], owner[1])
+            except OSError as exc:
+                if owner_required or exc.errno != errno.EPERM:
+                    raise
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+        os.close(fd)
+        fd = None
+        if label is not None:
+            label(tmp)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        tmp = None
+        os.fsync(dfd)
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if tmp is not None:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+
+
+WRITE_HINTS = {errno.EROFS: 'the file system is read-only', errno.ENOSPC: 'the file system is full',
+               errno.EDQUOT: 'a disk quota is exceeded',
+               errno.EPERM: 'the file or directory may be immutable (lsattr; chattr -i)',
+               errno.EACCES: 'permission denied'}
+
+
+def write_failed(path, exc, what='write'):
+    """The error for a failed write of ``path``: the reason and, where it helps, what it usually means."""
+    reason = exc.strerror if getattr(exc, 'strerror', None) else str(exc)
+    hint = WRITE_HINTS.get(getattr(exc, 'errno', None))
+    return HostFileError('%s: cannot %s: %s%s. The file was left as it was; no temporary file or backup was left.'
+                         % (path, what, reason, ' (%s)' % hint if hint and hint != reason.lower() else ''))
+
+
+def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None):
+    """Write ``data`` (bytes) to ``path`` (a resolved path in a directory only root or we can write).
+
+    Mode and owner: ``mode`` when given (owned by us), else those of ``like``
+    (the existing file's stat; by default an ``lstat`` of ``path``), else
+    ``new_mode`` for a new file. ``label(temp_path, path)`` runs before the
+    rename (the modules copy the SELinux label). Raises HostFileError naming
+    ``path``; the file is then as it was.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    owner = None
+    if mode is None:
+        if like is None:
+            try:
+                like = os.lstat(path)
+            except OSError:
+                like = None
+            if like is not None and not stat.S_ISREG(like.st_mode):
+                like = None
+        if like is None:
+            mode = new_mode
+        else:
+            mode, owner = stat.S_IMODE(like.st_mode), (like.st_uid, like.st_gid)
+    try:
+        dfd = open_directory(directory)
+    except OSError as exc:
+        raise write_failed(path, exc, 'open the directory %s' % directory)
+    try:
+        write_at(dfd, os.path.basename(path), data, mode, owner=owner, owner_required=False,
+                 label=None if label is None else (lambda tmp: label(os.path.join(directory, tmp), path)))
+    except HostFileError:
+        raise
+    except Exception as exc:
+        raise write_failed(path, exc)
+    finally:
+        os.close(dfd)
+
+
+def remove_stale_temps(path):
+    """Remove temp files a killed writer left next to ``path``; call with the directory lock held."""
+    directory = os.path.dirname(os.path.abspath(path))
+    prefix = temp_prefix(path)
+    removed = []
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry.startswith(prefix) and entry.endswith(_TEMP_SUFFIX):
+            try:
+                os.unlink(os.path.join(directory, entry))  # unlink never follows a link
+                removed.append(entry)
+            except OSError:
+                pass
+    return removed
+
+
+def backup_copy(path, like=None):
+    """Copy ``path`` (a resolved path) to ``path.PID.YYYY-MM-DD@HH:MM:SS~``; returns the copy's name.
+
+    The name is Ansible's ``backup_local`` one; the copy is a new file
+    (O_EXCL|O_NOFOLLOW) with the original's mode and owner set on its
+    descriptor. A failure removes the partial copy and names the file.
+    """
+    name = '%s.%s.%s' % (path, os.getpid(), time.strftime('%Y-%m-%d@%H:%M:%S~', time.localtime()))
+    try:
+        source = os.open(path, os.O_RDONLY | NOFOLLOW | CLOEXEC)
+    except OSError as exc:
+        raise HostFileError('%s: cannot read it for the backup: %s. Nothing was changed.' % (path, exc.strerror))
+    try:
+        if like is None:
+            like = os.fstat(source)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600)
+        except OSError as exc:
+            raise write_failed(path, exc, 'create the backup %s' % name)
+        try:
+            while True:
+                chunk = os.read(source, 65536)
+                if not chunk:
+                    break
+                write_all(fd, chunk)
+            os.fchmod(fd, stat.S_IMODE(like.st_mode))
+            if (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+                try:
+                    os.fchown(fd, like.st_uid, like.st_gid)
+                except OSError as exc:
+                    if exc.errno != errno.EPERM:
+                        raise
+            os.fsync(fd)
+        except OSError as exc:
+            os.close(fd)
+            fd = None
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+            raise write_failed(path, exc, 'write the backup %s' % name)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    finally:
+        os.close(source)
+    return name
+
+
+def selinux_labeller(module):
+    """``label(temp, dest)`` for ``write_atomic``: give the temp file ``dest``'s SELinux label.
+
+    Not ``module.atomic_move``: that changes owner and mode by path, and gives a
+    new file the default mode (0644), which would drop a program's execute bit.
+    The temp file already has its owner and mode; only the label is copied.
+    None when SELinux is off.
+    """
+    if not module.selinux_enabled():
+        return None
+
+    def label(tmp, dest):
         context = (module.selinux_context(dest) if os.path.exists(dest)
                    else module.selinux_default_context(dest))
-        module.set_context_if_different(src, context, False)
-    os.rename(src, dest)
+        module.set_context_if_different(tmp, context, False)
+    return label
+
+
+# --------------------------------------------------------------------------
+# Processes and tools
+# --------------------------------------------------------------------------
+
+def process_argv(pid):
+    """A process's command line as a list ([] when it is gone)."""
+    try:
+        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
+            raw = handle.read()
+    except (IOError, OSError):
+        return []
+    return [part.decode('utf-8', 'replace') for part in raw.split(b'\0') if part]
+
+
+def process_name(pid):
+    """A process's ``comm`` name, or None when it is gone."""
+    try:
+        with open('/proc/%d/comm' % pid) as handle:
+            return handle.read().strip()
+    except (IOError, OSError):
+        return None
+
+
+def process_uid(pid):
+    """A process's real uid, or None when it is gone."""
+    try:
+        with open('/proc/%d/status' % pid) as handle:
+            for line in handle:
+                if line.startswith('Uid:'):
+                    return int(line.split()[1])
+    except (IOError, OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def pids_named(name):
+    """Every running process whose ``comm`` is ``name``."""
+    try:
+        entries = os.listdir('/proc')
+    except OSError:
+        return []
+    return [int(entry) for entry in entries if entry.isdigit() and process_name(int(entry)) == name]
+
+
+def read_pid_file(pid_file):
+    """The number in a pid file, read without following a link or blocking on a FIFO, else None.
+
+    Pid files may live in a directory a service user owns; root reads them this way.
+    """
+    try:
+        fd = os.open(pid_file, os.O_RDONLY | NOFOLLOW | NONBLOCK | CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 64).decode('ascii', 'replace').strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def which(name, extra_dirs=TOOL_DIRS):
+    """The path of an executable ``name`` on $PATH or in the usual tool directories, or None."""
+    if os.path.isabs(name):
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    dirs = os.environ.get('PATH', '').split(os.pathsep) + list(extra_dirs)
+    for directory in dirs:
+        candidate = os.path.join(directory, name)
+        if directory and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None

@@ -1,0 +1,222 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One service manager for every init system: systemd, Upstart and SysV.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. Both ``persistenced`` (the persistence daemon's service) and
+``docker_runtime`` (dockerd) drive their service through ``Service``; it
+holds what the init systems really do, measured on real systemd, real
+Upstart 1.13 and 0.6.5 and Debian's SysV scripts:
+
+* Upstart's ``initctl stop`` / ``start`` exit 1 with "Job has already been
+  stopped" / "Unknown instance" / "Job is already running": success here.
+* A job whose start failed can sit in ``stop/post-start`` while its
+  post-start runs; a ``start`` issued then ends in ``start/running`` with no
+  main process. ``stop`` waits for ``stop/waiting``, and only
+  ``start/running, process N`` counts as running.
+* ``initctl restart`` keeps the old job definition: ``restart`` is stop, then
+  start, on Upstart.
+* systemd units such as docker.service have a start limit: ``restart``
+  clears a failed state first, so a roll-back's restart is not refused.
+* SysV scripts have no reliable ``reload`` (Debian's docker script's
+  force-reload restarts): ``reload`` signals the daemon's process instead.
+
+``run(argv) -> (rc, out, err)`` runs host commands; ``tools`` maps tool names
+(systemctl, initctl, update-rc.d, chkconfig, insserv, journalctl) to paths,
+as ``_init_system.detect`` finds them; a missing tool is a ServiceError that
+names it. ``find_pid()`` returns the service's main process, or None.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import glob
+import os
+import signal
+import time
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import ServiceError
+
+# What real Upstart's initctl says (exit 1) for a job already stopped or started:
+# 1.13 "Job has already been stopped" / "Unknown instance", 0.6.5 "Unknown instance";
+# both "Job is already running".
+UPSTART_ALREADY_STOPPED = ('Unknown instance', 'Job has already been stopped')
+UPSTART_ALREADY_STARTED = ('Job is already running',)
+# systemctl is-enabled answers that mean "starts at boot".
+SYSTEMD_ENABLED = ('enabled', 'enabled-runtime', 'alias', 'static', 'generated')
+
+
+class Service(object):
+    """The init system's commands for one service."""
+
+    def __init__(self, init_system, name, run, tools, find_pid, log_files=(), log_filter=None,
+                 script_dir='/etc/init.d', rc_root='/etc'):
+        self.init_system = init_system
+        self.name = name
+        self.run = run
+        self.tools = dict(tools or {})
+        self.find_pid = find_pid
+        self.log_files = tuple(log_files)
+        self.log_filter = log_filter
+        self.script = os.path.join(script_dir, name)
+        self.rc_root = rc_root
+
+    # ---- plumbing -------------------------------------------------------------
+    def tool(self, name):
+        path = self.tools.get(name)
+        if not path:
+            raise ServiceError('%s is needed to manage %s on this %s host but was not found'
+                               % (name, self.name, self.init_system))
+        return path
+
+    def _check(self, argv, what):
+        rc, out, err = self.run(argv)
+        if rc != 0:
+            raise ServiceError('%s failed (rc=%s, `%s`): %s' % (what, rc, ' '.join(argv), (err or out or '').strip()))
+        return out
+
+    def _verb(self, verb):
+        if self.init_system == 'systemd':
+            argv = [self.tool('systemctl'), verb, self.name]
+        elif self.init_system == 'sysvinit':
+            argv = [self.script, verb]
+        else:
+            raise ServiceError('cannot %s %s: no init system manages it here (init system: %s)'
+                               % (verb, self.name, self.init_system))
+        return self._check(argv, '%s %s' % (verb, self.name))
+
+    def upstart_status(self):
+        rc, out, err = self.run([self.tool('initctl'), 'status', self.name])
+        return out if rc == 0 else ''
+
+    def _initctl(self, verb, already=()):
+        """``initctl VERB``; real Upstart exits 1 when the job is already where it was
+        asked to go, which is success here."""
+        argv = [self.tool('initctl'), verb, self.name]
+        rc, out, err = self.run(argv)
+        if rc != 0 and not any(text in (err or '') + (out or '') for text in already):
+            raise ServiceError('%s %s failed (rc=%s, `%s`): %s'
+                               % (verb, self.name, rc, ' '.join(argv), (err or out or '').strip()))
+
+    # ---- queries --------------------------------------------------------------
+    def pid(self):
+        return self.find_pid()
+
+    def is_enabled(self):
+        if self.init_system == 'systemd':
+            rc, out, err = self.run([self.tool('systemctl'), 'is-enabled', self.name])
+            return rc == 0 and out.strip() in SYSTEMD_ENABLED
+        if self.init_system == 'sysvinit':
+            return bool(glob.glob('%s/rc[2345].d/S[0-9][0-9]%s' % (self.rc_root, self.name)))
+        return True  # Upstart: the job's "start on" stanza starts it at boot
+
+    def is_running(self):
+        if self.init_system == 'systemd':
+            rc, out, err = self.run([self.tool('systemctl'), 'is-active', self.name])
+            return rc == 0
+        if self.init_system == 'upstart':
+            # "start/running" alone, with no ", process N", is a job whose main process
+            # Upstart has lost (it ended while a post-start ran): not running.
+            return 'start/running, process ' in self.upstart_status()
+        return self.find_pid() is not None
+
+    def logs(self, since=None, lines=40):
+        """The service's recent log lines (for error messages); '' when none are found."""
+        if self.init_system == 'systemd' and self.tools.get('journalctl'):
+            argv = [self.tools['journalctl'], '-u', '%s.service' % self.name, '--no-pager', '-o', 'cat',
+                    '-n', str(lines)]
+            if since:
+                argv.append('--since=@%d' % int(since))
+            rc, out, err = self.run(argv)
+            return (out or '').strip() if rc == 0 else ''
+        for path in self.log_files:
+            found = [line for line in _host.tail_file(path, 65536).splitlines()
+                     if self.log_filter is None or self.log_filter in line]
+            if found:
+                return '\n'.join(found[-lines:])
+        return ''
+
+    # ---- actions --------------------------------------------------------------
+    def reload_init(self):
+        """Make the init system read changed service definitions."""
+        if self.init_system == 'systemd':
+            self._check([self.tool('systemctl'), 'daemon-reload'], 'systemd daemon-reload')
+        elif self.init_system == 'upstart':
+            self._check([self.tool('initctl'), 'reload-configuration'], 'Upstart reload-configuration')
+
+    def enable(self):
+        if self.init_system == 'systemd':
+            self._check([self.tool('systemctl'), 'enable', self.name], 'enabling %s' % self.name)
+        elif self.init_system == 'sysvinit':
+            if self.tools.get('update-rc.d'):
+                # "defaults" keeps links a package left behind (K links of a disabled service): "enable" turns them on.
+                self._check([self.tools['update-rc.d'], self.name, 'defaults'], 'update-rc.d defaults')
+                self._check([self.tools['update-rc.d'], self.name, 'enable'], 'update-rc.d enable')
+            elif self.tools.get('chkconfig'):
+                self._check([self.tools['chkconfig'], '--add', self.name], 'chkconfig --add')
+                self._check([self.tools['chkconfig'], self.name, 'on'], 'chkconfig on')
+            elif self.tools.get('insserv'):
+                self._check([self.tools['insserv'], self.name], 'insserv')
+            else:
+                raise ServiceError('none of update-rc.d, chkconfig or insserv was found to enable %s at boot'
+                                   % self.name)
+
+    def disable(self):
+        if self.init_system == 'systemd':
+            self._check([self.tool('systemctl'), 'disable', self.name], 'disabling %s' % self.name)
+        elif self.init_system == 'sysvinit':
+            if self.tools.get('update-rc.d'):
+                self._check([self.tools['update-rc.d'], '-f', self.name, 'remove'], 'update-rc.d remove')
+            elif self.tools.get('chkconfig'):
+                self._check([self.tools['chkconfig'], '--del', self.name], 'chkconfig --del')
+            elif self.tools.get('insserv'):
+                self._check([self.tools['insserv'], '-r', self.name], 'insserv -r')
+
+    def start(self):
+        if self.init_system == 'upstart':
+            self._initctl('start', UPSTART_ALREADY_STARTED)
+        else:
+            self._verb('start')
+
+    def stop(self, settle=15.0, sleep=time.sleep, clock=time.time):
+        if self.init_system == 'upstart':
+            self._initctl('stop', UPSTART_ALREADY_STOPPED)
+            # A job whose start failed can still be in stop/post-start while its
+            # post-start runs; a start issued then ends in "start/running" with no main
+            # process. Wait for stop/waiting.
+            give_up = clock() + settle
+            while 'stop/waiting' not in self.upstart_status() and clock() < give_up:
+                sleep(0.1)
+        else:
+            self._verb('stop')
+
+    def restart(self):
+        if self.init_system == 'upstart':
+            # "initctl restart" keeps the old job definition: stop and start to load the new one.
+            self.stop()
+            self.start()
+        elif self.init_system == 'systemd':
+            # Units such as docker.service have a start limit: a failed start must not block a roll-back's restart.
+            self.run([self.tool('systemctl'), 'reset-failed', self.name])
+            self._verb('restart')
+        else:
+            self._verb('restart')
+
+    def reload(self):
+        """Ask the running daemon to re-read its configuration (SIGHUP)."""
+        if self.init_system == 'systemd':
+            self._check([self.tool('systemctl'), 'reload', self.name], 'reloading %s' % self.name)
+        elif self.init_system == 'upstart':
+            self._initctl('reload')
+        else:
+            # SysV scripts have no reliable reload (Debian's docker force-reload restarts): signal the daemon.
+            pid = self.find_pid()
+            if not pid:
+                raise ServiceError('cannot reload %s: it is not running' % self.name)
+            try:
+                os.kill(pid, signal.SIGHUP)
+            except OSError as exc:
+                raise ServiceError('cannot send SIGHUP to %s (pid %d): %s' % (self.name, pid, exc))
