@@ -4,7 +4,9 @@
 """GPU inventory, selectors and persistence-mode access for gpufleet.nvidia.
 
 PRIVATE to the gpufleet.nvidia collection: the API may change at any time.
-No AnsibleModule here; pytest drives it directly.
+No AnsibleModule here; pytest drives it directly. Failures are raised as
+``GpuError`` (``MissingLibrary`` when a Python library the host lacks is the
+cause); the modules turn them into ``fail_json`` with ``fail_json_args()``.
 
 Two ways to reach the GPUs, as NVIDIA's own tools do:
 
@@ -28,6 +30,8 @@ import re
 import stat
 import traceback
 
+from ansible.module_utils.basic import missing_required_lib
+
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
 
 try:
@@ -47,11 +51,49 @@ ACCESS_ARGUMENT_SPEC = dict(
 PROC_GPUS = '/proc/driver/nvidia/gpus'
 PROC_VERSION = '/proc/driver/nvidia/version'
 RUN_DIR = '/var/run/nvidia-persistenced'
-MODES = ('disabled', 'enabled')
+# Persistence modes by the value NVML and the daemon's RPC use for them: 0 disabled, 1 enabled.
+# The state file's words (_persistence_state.MODES) are names only, never wire values.
+WIRE_MODES = ('disabled', 'enabled')
+# The PyPI name of NVML's Python bindings (import name pynvml), as modules return it in missing_library.
+NVML_LIBRARY = 'nvidia-ml-py'
+
+
+def mode_of_wire(value):
+    """The mode name of an NVML/RPC persistence value (any true value is enabled)."""
+    return WIRE_MODES[1 if value else 0]
+
+
+def wire_of_mode(mode):
+    """The NVML/RPC value of a mode name."""
+    return WIRE_MODES.index(mode)
 
 
 class GpuError(Exception):
     """A failure with a message that names the host, the GPU and the remedy."""
+
+    def fail_json_args(self):
+        """The keyword arguments of ``module.fail_json`` for this failure."""
+        return dict(msg=str(self))
+
+
+class MissingLibrary(GpuError):
+    """The path chosen needs a Python library that the host's Python lacks.
+
+    ``library`` is its PyPI name, ``reason`` what it is needed for and
+    ``import_error`` the failed import's traceback (or None).
+    """
+
+    def __init__(self, library, reason, import_error=None):
+        super(MissingLibrary, self).__init__('%s: the Python library %s is missing; it is needed %s'
+                                             % (host(), library, reason))
+        self.library = library
+        self.reason = reason
+        self.import_error = import_error
+
+    def fail_json_args(self):
+        """Ansible's standard missing-library message, and ``missing_library`` for roles to decide on."""
+        return dict(msg=missing_required_lib(self.library, reason=self.reason), exception=self.import_error,
+                    missing_library=self.library)
 
 
 def host():
@@ -182,7 +224,7 @@ def desired_modes(gpus, selected=None, mode=None, modes=None):
     else:
         pairs = [(s, mode) for s in selected]
     for selector, want in pairs:
-        if want not in MODES:
+        if want not in WIRE_MODES:
             raise GpuError('%s: mode for %r must be "enabled" or "disabled", not %r' % (host(), selector, want))
         gpu = resolve(gpus, selector)
         previous = wanted.get(gpu['pci_bus_id'])
@@ -226,11 +268,11 @@ class RpcBackend(object):
 
     def get_mode(self, gpu):
         mode = self._wrap(gpu, 'reading persistence mode of', lambda: self.client.get_persistence_mode(gpu['pci_bus_id']))
-        return MODES[1 if mode else 0]
+        return mode_of_wire(mode)
 
     def set_mode(self, gpu, mode):
         self._wrap(gpu, 'setting persistence mode %s on' % mode,
-                   lambda: self.client.set_persistence_mode(gpu['pci_bus_id'], MODES.index(mode)))
+                   lambda: self.client.set_persistence_mode(gpu['pci_bus_id'], wire_of_mode(mode)))
 
 
 # NVML error name -> what to do about it.
@@ -307,11 +349,11 @@ class NvmlBackend(object):
     def get_mode(self, gpu):
         value = self._call('reading persistence mode of', self.pynvml.nvmlDeviceGetPersistenceMode,
                            self.handles[gpu['pci_bus_id']], gpu=gpu)
-        return MODES[1 if value else 0]
+        return mode_of_wire(value)
 
     def set_mode(self, gpu, mode):
         self._call('setting persistence mode %s on' % mode, self.pynvml.nvmlDeviceSetPersistenceMode,
-                   self.handles[gpu['pci_bus_id']], MODES.index(mode), gpu=gpu)
+                   self.handles[gpu['pci_bus_id']], wire_of_mode(mode), gpu=gpu)
 
 
 def daemon_answers(socket_path, timeout):
@@ -326,22 +368,14 @@ def daemon_answers(socket_path, timeout):
     return True
 
 
-class MissingPynvml(Exception):
-    """The NVML path is needed and nvidia-ml-py is not installed."""
+def open_backend(params, purpose):
+    """choose_backend() with a module's access options (ACCESS_ARGUMENT_SPEC).
 
-
-def open_backend(module, purpose):
-    """choose_backend() for a module: fails the module with a clear message."""
-    params = module.params
-    try:
-        return choose_backend(params['backend'], params['socket_path'], params['timeout'])
-    except MissingPynvml:
-        from ansible.module_utils.basic import missing_required_lib
-        module.fail_json(msg=missing_required_lib('nvidia-ml-py', reason='%s when no persistence daemon answers on %s'
-                                                  % (purpose, params['socket_path'])),
-                         exception=PYNVML_IMPORT_ERROR)
-    except GpuError as exc:
-        module.fail_json(msg=str(exc))
+    ``purpose`` says what NVML would be needed for ("to read GPUs through NVML").
+    Raises MissingLibrary when NVML is needed and pynvml is missing, GpuError on
+    any other failure.
+    """
+    return choose_backend(params['backend'], params['socket_path'], params['timeout'], purpose=purpose)
 
 
 def load_pynvml():
@@ -350,10 +384,11 @@ def load_pynvml():
     return pynvml
 
 
-def choose_backend(backend, socket_path, timeout, load_pynvml=load_pynvml):
+def choose_backend(backend, socket_path, timeout, load_pynvml=load_pynvml, purpose='to use NVML'):
     """The backend to use: ``rpc`` when a daemon answers (``auto``), else ``nvml``.
 
-    ``load_pynvml()`` returns the pynvml module or raises ImportError.
+    ``load_pynvml()`` returns the pynvml module or raises ImportError, which
+    becomes MissingLibrary(NVML_LIBRARY) with ``purpose`` in its reason.
     Returns ``(backend, daemon_answers)``.
     """
     answers = daemon_answers(socket_path, timeout)
@@ -365,7 +400,8 @@ def choose_backend(backend, socket_path, timeout, load_pynvml=load_pynvml):
     try:
         pynvml = load_pynvml()
     except ImportError:
-        raise MissingPynvml()
+        raise MissingLibrary(NVML_LIBRARY, '%s when no persistence daemon answers on %s' % (purpose, socket_path),
+                             PYNVML_IMPORT_ERROR)
     return NvmlBackend(pynvml), answers
 
 

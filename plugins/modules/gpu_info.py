@@ -115,6 +115,15 @@ backend:
   returned: success
   type: str
   sample: rpc
+missing_library:
+  description:
+    - The PyPI name of the Python library whose absence made the module fail, for a playbook to install it and
+      retry without matching the message text.
+    - V(nvidia-ml-py) when NVML was needed to read the GPUs (no persistence daemon answers, or O(backend=nvml)) and
+      C(pynvml) could not be imported.
+  returned: when the module fails because a Python library is missing
+  type: str
+  sample: nvidia-ml-py
 '''
 
 import os
@@ -126,7 +135,10 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
 
 def main():
     module = AnsibleModule(argument_spec=dict(_gpu.ACCESS_ARGUMENT_SPEC), supports_check_mode=True)
-    backend, answers = _gpu.open_backend(module, 'to read GPUs through NVML')
+    try:
+        backend, answers = _gpu.open_backend(module.params, 'to read GPUs through NVML')
+    except _gpu.GpuError as exc:
+        module.fail_json(**exc.fail_json_args())
     try:
         with backend:
             gpus = backend.gpus()

@@ -173,6 +173,15 @@ state_file:
   returned: success
   type: str
   sample: /var/lib/gpufleet/persistence.json
+missing_library:
+  description:
+    - The PyPI name of the Python library whose absence made the module fail, for a playbook to install it and
+      retry without matching the message text.
+    - V(nvidia-ml-py) when NVML was needed to set persistence (no persistence daemon answers, or O(backend=nvml)) and
+      C(pynvml) could not be imported.
+  returned: when the module fails because a Python library is missing
+  type: str
+  sample: nvidia-ml-py
 '''
 
 import os
@@ -218,7 +227,10 @@ def main():
     params = module.params
     if params['modes'] is not None and params['gpus'] != ['all']:
         module.fail_json(msg='gpus and modes are mutually exclusive: name each GPU in modes')
-    backend, unused_answers = _gpu.open_backend(module, 'to set persistence through NVML')
+    try:
+        backend, unused_answers = _gpu.open_backend(module.params, 'to set persistence through NVML')
+    except _gpu.GpuError as exc:
+        module.fail_json(**exc.fail_json_args())
 
     # Plan first (check mode), so a bad state file fails before any GPU changes.
     try:

@@ -34,4 +34,7 @@ def test_every_inner_option_is_validated_by_gpu_node():
             assert node.get(name) == option, '%s.%s differs in gpu_node; run scripts/sync-gpu-node-spec' % (role, name)
     with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'main.yml')) as handle:
         tasks = yaml.safe_load(handle)
-    assert [t['ansible.builtin.import_role'].get('rolespec_validate') for t in tasks] == [False, False, False]
+    imports = [t['ansible.builtin.import_role'] for t in tasks if 'ansible.builtin.import_role' in t]
+    assert [i['name'] for i in imports] == ['gpufleet.nvidia.%s' % role for role in
+                                            ('persistenced', 'gpu_persistence', 'container_runtime')]
+    assert [i.get('rolespec_validate') for i in imports] == [False, False, False]

@@ -159,9 +159,89 @@ def test_driver_version(tmp_path):
 def test_choose_backend_without_daemon_needs_pynvml(tmp_path):
     def no_pynvml():
         raise ImportError('no pynvml')
-    with pytest.raises(_gpu.MissingPynvml):
-        _gpu.choose_backend('auto', str(tmp_path / 'socket'), 1.0, no_pynvml)
+    socket = str(tmp_path / 'socket')
+    for backend in ('auto', 'nvml'):
+        with pytest.raises(_gpu.MissingLibrary) as exc:
+            _gpu.choose_backend(backend, socket, 1.0, no_pynvml, purpose='to count GPUs')
+        assert exc.value.library == _gpu.NVML_LIBRARY == 'nvidia-ml-py'
+        assert exc.value.reason == 'to count GPUs when no persistence daemon answers on %s' % socket
     with pytest.raises(_gpu.GpuError, match='no persistence daemon answers'):
         _gpu.choose_backend('rpc', str(tmp_path / 'socket'), 1.0, no_pynvml)
     backend, answers = _gpu.choose_backend('auto', str(tmp_path / 'socket'), 1.0, lambda: pynvml)
     assert backend.name == 'nvml' and answers is False
+
+
+def test_open_backend_takes_the_access_options_not_a_module(tmp_path):
+    params = {'backend': 'nvml', 'socket_path': str(tmp_path / 'socket'), 'timeout': 1.0}
+    backend, answers = _gpu.open_backend(params, 'to read GPUs through NVML')
+    assert backend.name == 'nvml' and answers is False
+    params['backend'] = 'rpc'
+    with pytest.raises(_gpu.GpuError, match='no persistence daemon answers') as exc:
+        _gpu.open_backend(params, 'to read GPUs through NVML')
+    assert not isinstance(exc.value, _gpu.MissingLibrary)
+
+
+def test_missing_library_is_a_gpu_error_with_a_structured_key(monkeypatch):
+    monkeypatch.setattr(_gpu, 'pynvml', None)
+    monkeypatch.setattr(_gpu, 'PYNVML_IMPORT_ERROR', 'Traceback: No module named pynvml')
+    params = {'backend': 'auto', 'socket_path': '/nonexistent/gpufleet-test/socket', 'timeout': 1.0}
+    with pytest.raises(_gpu.GpuError) as exc:
+        _gpu.open_backend(params, 'to set persistence through NVML')
+    assert isinstance(exc.value, _gpu.MissingLibrary)
+    args = exc.value.fail_json_args()
+    assert args['missing_library'] == 'nvidia-ml-py'
+    assert args['exception'] == 'Traceback: No module named pynvml'
+    # Ansible's standard wording, with what it is needed for and where no daemon answers.
+    assert args['msg'].startswith('Failed to import the required Python library (nvidia-ml-py)')
+    assert 'to set persistence through NVML when no persistence daemon answers on /nonexistent/gpufleet-test/socket' \
+        in args['msg']
+    assert sorted(args) == ['exception', 'missing_library', 'msg']
+    assert 'nvidia-ml-py is missing' in str(exc.value) and str(exc.value).startswith(_gpu.host() + ': ')
+
+
+def test_other_gpu_errors_fail_with_their_message_only():
+    assert _gpu.GpuError('host: no GPU matches 7').fail_json_args() == {'msg': 'host: no GPU matches 7'}
+
+
+def test_wire_modes_are_indexed_by_the_nvml_and_rpc_value():
+    assert _gpu.WIRE_MODES == ('disabled', 'enabled')
+    assert [_gpu.wire_of_mode(m) for m in ('disabled', 'enabled')] == [0, 1]
+    values = (0, 1, 2, True, False)
+    assert [_gpu.mode_of_wire(v) for v in values] == ['disabled', 'enabled', 'enabled', 'enabled', 'disabled']
+
+
+class WireRecorder(object):
+    """The daemon's RPC client and pynvml, reduced to the persistence-mode calls: records what is sent."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, value):
+        self.value = value
+        self.sent = []
+
+    def read(self, target):
+        return self.value
+
+    def write(self, target, value):
+        self.sent.append((target, value))
+
+    get_persistence_mode = nvmlDeviceGetPersistenceMode = read
+    set_persistence_mode = nvmlDeviceSetPersistenceMode = write
+
+
+def test_both_backends_send_1_for_enabled_and_read_1_as_enabled():
+    gpu = make_gpus(1)[0]
+    rpc_backend = _gpu.RpcBackend()
+    rpc_backend.client = WireRecorder(1)
+    rpc_backend.set_mode(gpu, 'enabled')
+    rpc_backend.set_mode(gpu, 'disabled')
+    assert rpc_backend.client.sent == [('00000000:1B:00.0', 1), ('00000000:1B:00.0', 0)]
+    assert rpc_backend.get_mode(gpu) == 'enabled'
+    nvml = WireRecorder(0)
+    nvml_backend = _gpu.NvmlBackend(nvml)
+    nvml_backend.handles[gpu['pci_bus_id']] = 'handle0'
+    nvml_backend.set_mode(gpu, 'enabled')
+    nvml_backend.set_mode(gpu, 'disabled')
+    assert nvml.sent == [('handle0', 1), ('handle0', 0)]
+    assert nvml_backend.get_mode(gpu) == 'disabled'
