@@ -14,7 +14,6 @@ __metaclass__ = type
 
 import json
 import socket
-import struct
 
 try:
     import http.client as http_client
@@ -92,21 +91,3 @@ class DockerAPI(object):
     def info(self):
         """``GET /info`` as a dict (``Runtimes``, ``DefaultRuntime``, ``ServerVersion``...)."""
         return self.get('/info')
-
-    def peer_pid(self):
-        """PID of the process listening on the socket (SO_PEERCRED), or None.
-
-        With systemd socket activation this is PID 1, so callers must check
-        that the PID really is dockerd.
-        """
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self.socket_path)
-            creds = sock.getsockopt(socket.SOL_SOCKET, getattr(socket, 'SO_PEERCRED', 17), struct.calcsize('3i'))
-            pid = struct.unpack('3i', creds)[0]
-            return pid or None
-        except (socket.error, OSError):
-            return None
-        finally:
-            sock.close()

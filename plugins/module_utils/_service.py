@@ -121,7 +121,7 @@ class Service(object):
             # "start/running" alone, with no ", process N", is a job whose main process
             # Upstart has lost (it ended while a post-start ran): not running.
             return 'start/running, process ' in self.upstart_status()
-        return self.find_pid() is not None
+        return self.pid() is not None
 
     def logs(self, since=None, lines=40):
         """The service's recent log lines (for error messages); '' when none are found."""
@@ -213,7 +213,7 @@ class Service(object):
             self._initctl('reload')
         else:
             # SysV scripts have no reliable reload (Debian's docker force-reload restarts): signal the daemon.
-            pid = self.find_pid()
+            pid = self.pid()
             if not pid:
                 raise ServiceError('cannot reload %s: it is not running' % self.name)
             try:

@@ -140,12 +140,16 @@ options:
       - The init system's name for dockerd's service.
     type: str
     default: docker
-  timeout:
+  apply_timeout:
     description:
       - Seconds to wait for dockerd to answer with the new configuration after a restart (and again after a
         rollback). A reload is given at most 5 seconds before the module falls back to a restart.
+      - Each API request to dockerd waits at most 10 seconds (and at most this long).
+      - Named C(apply_timeout) because the GPU modules' O(gpufleet.nvidia.gpu_persistence#module:timeout) means
+        seconds per daemon answer; C(timeout) is kept as an alias.
     type: int
     default: 60
+    aliases: [timeout]
 notes:
   - "A restart stops running containers unless dockerd runs with C(live-restore) enabled; set
     C({\"live-restore\": true}) in C(daemon.json) on hosts where containers must survive dockerd restarts.
@@ -253,8 +257,11 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as daemon_json
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, socket_path_from_host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_system import detect
 
 ARGUMENT_SPEC = dict(
@@ -269,7 +276,7 @@ ARGUMENT_SPEC = dict(
     apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
     docker_host=dict(type='str', default='unix:///var/run/docker.sock'),
     service_name=dict(type='str', default='docker'),
-    timeout=dict(type='int', default=60),
+    apply_timeout=dict(type='int', default=60, aliases=['timeout']),
 )
 
 
@@ -280,8 +287,8 @@ def build_service(module, socket_path):
     init = detect(run_command=run_command)
     tools = dict(init['evidence']['tools'])
     tools['journalctl'] = module.get_bin_path('journalctl')
-    return daemon_json.InitSystemDockerd(run_command, init['init_system'], tools=tools,
-                                         service=module.params['service_name'], socket_path=socket_path), run_command
+    return _dockerd.Dockerd(run_command, init['init_system'], tools, service=module.params['service_name'],
+                            socket_path=socket_path), run_command
 
 
 def main():
@@ -289,28 +296,25 @@ def main():
     params = module.params
     socket_path = socket_path_from_host(params['docker_host'])
     service, run_command = build_service(module, socket_path)
-    api = DockerAPI(socket_path, timeout=min(10, max(1, params['timeout'])))
-    request = daemon_json.Request(
+    api = DockerAPI(socket_path, timeout=min(10, max(1, params['apply_timeout'])))
+    request = _docker_apply.Request(
         path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
         runtime_args=params['runtime_args'], default_runtime=params['default_runtime'], cdi=params['cdi'],
-        state=params['state'], apply=params['apply'], timeout=params['timeout'])
+        state=params['state'], apply=params['apply'], timeout=params['apply_timeout'])
 
     def dockerd_checks():
         dockerd_path = module.get_bin_path('dockerd')
-        help_text = daemon_json.dockerd_help(run_command, dockerd_path)
+        help_text = _dockerd.dockerd_help(run_command, dockerd_path)
         if help_text is None:  # no dockerd here, or one too old to say: nothing to check against
             return None, None
-        return (daemon_json.dockerd_validator(run_command, dockerd_path, help_text=help_text),
-                daemon_json.option_keys_from_help(help_text))
-
-    def mover(src, dest):
-        _host.rename_into_place(module, src, dest)
+        return (_dockerd.dockerd_validator(run_command, dockerd_path, help_text=help_text),
+                _dockerd.option_keys_from_help(help_text))
 
     try:
-        result = daemon_json.converge(
-            request, service, api, check_mode=module.check_mode,
-            backup=daemon_json.backup_copy if params['backup'] else None, mover=mover, dockerd_checks=dockerd_checks)
-    except daemon_json.DaemonJsonError as exc:
+        result = _docker_apply.converge(
+            request, service, api, check_mode=module.check_mode, backup=params['backup'] or None,
+            label=_host.selinux_labeller(module), dockerd_checks=dockerd_checks)
+    except GpufleetError as exc:
         module.fail_json(msg=str(exc), path=params['path'])
     except (IOError, OSError) as exc:
         module.fail_json(msg='%s: %s. Nothing more was done.' % (params['path'], exc), path=params['path'])

@@ -29,7 +29,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, DockerAPIError
 
 DOCKERD = shutil.which('dockerd') or '/usr/sbin/dockerd'
@@ -106,8 +107,8 @@ class LabDockerd(object):
         raise RuntimeError('dockerd did not answer in %ss: %s' % (timeout, self.log_tail()))
 
     def pid(self):
-        pid = dj.read_pidfile(self.pidfile)
-        if pid and dj.is_dockerd(pid):
+        pid = _host.read_pid_file(self.pidfile)
+        if pid and dockerd.is_dockerd(pid):
             return pid
         return None
 
@@ -137,7 +138,7 @@ class LabDockerd(object):
                 time.sleep(0.1)
 
     def log_tail(self):
-        return dj.tail_file(self.log, 4096)
+        return _host.tail_file(self.log, 4096)
 
     def docker(self, *args, **kwargs):
         cli = shutil.which('docker')
@@ -150,7 +151,7 @@ class LabDockerd(object):
         for entry in os.listdir('/proc'):
             if not entry.isdigit():
                 continue
-            argv = ' '.join(dj.process_argv(int(entry)))
+            argv = ' '.join(_host.process_argv(int(entry)))
             if self.base in argv and int(entry) != os.getpid():
                 found.append(int(entry))
         return found
@@ -189,12 +190,12 @@ def _kill(pid):
         pass
 
 
-class LabService(dj.InitSystemDockerd):
+class LabService(dockerd.Dockerd):
     """The module's own SysV code path (reload = SIGHUP to the pid file's PID) with the fixture's restart."""
 
     def __init__(self, lab, flags_visible=True):
-        dj.InitSystemDockerd.__init__(self, run_command=None, init_system='sysvinit', pidfiles=(lab.pidfile,),
-                                      socket_path=lab.socket)
+        dockerd.Dockerd.__init__(self, run_command=None, init_system='sysvinit', tools={}, pidfiles=(lab.pidfile,),
+                                 socket_path=lab.socket)
         self.lab = lab
         self.flags_visible = flags_visible
         self.reloads = 0
@@ -205,7 +206,7 @@ class LabService(dj.InitSystemDockerd):
 
     def reload(self):
         self.reloads += 1
-        dj.InitSystemDockerd.reload(self)
+        dockerd.Dockerd.reload(self)
 
     def restart(self):
         self.restarts += 1
@@ -215,7 +216,7 @@ class LabService(dj.InitSystemDockerd):
         if not self.flags_visible:
             return []
         pid = self.pid()
-        return dj.process_argv(pid)[1:] if pid else self.lab.argv()[1:]
+        return _host.process_argv(pid)[1:] if pid else self.lab.argv()[1:]
 
     def recent_log(self, since=None):
         return self.lab.log_tail()

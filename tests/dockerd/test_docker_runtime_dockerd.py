@@ -22,7 +22,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
 
 from .conftest import DOCKERD, LabService
 
@@ -32,8 +34,8 @@ COLLECTIONS = os.path.join(REPO, '.build', 'collections')
 
 def converge(lab, service=None, **params):
     service = service or LabService(lab)
-    request = dj.Request(path=lab.config, timeout=params.pop('timeout', 45), **params)
-    result = dj.converge(request, service, lab.api, poll=0.1)
+    request = apply.Request(path=lab.config, timeout=params.pop('timeout', 45), **params)
+    result = apply.converge(request, service, lab.api, poll=0.1)
     return result, service
 
 
@@ -136,7 +138,7 @@ def test_check_mode_predicts_and_touches_nothing(lab_dockerd):
     lab = lab_dockerd
     before = read(lab.config)
     service = LabService(lab)
-    result = dj.converge(dj.Request(path=lab.config, default_runtime=True), service, lab.api, check_mode=True)
+    result = apply.converge(apply.Request(path=lab.config, default_runtime=True), service, lab.api, check_mode=True)
     assert result['changed'] and result['action'] == 'reload' and result['file_changed']
     assert read(lab.config) == before and service.reloads == 0
     assert '"default-runtime": "nvidia"' in result['after']
@@ -147,7 +149,7 @@ def test_flag_conflict_refused_before_writing(lab_dockerd):
     lab = lab_dockerd
     before = read(lab.config)
     service = LabService(lab)
-    with pytest.raises(dj.DaemonJsonError) as excinfo:
+    with pytest.raises(GpufleetError) as excinfo:
         converge(lab, service=service, default_runtime=True)
     assert 'refusing to write' in str(excinfo.value) and '--default-runtime=runc' in str(excinfo.value)
     assert read(lab.config) == before
@@ -162,7 +164,7 @@ def test_config_dockerd_rejects_is_rolled_back(lab_dockerd):
     pid = lab.pid()
     service = LabService(lab, flags_visible=False)
     started = time.time()
-    with pytest.raises(dj.DaemonJsonError) as excinfo:
+    with pytest.raises(GpufleetError) as excinfo:
         converge(lab, service=service, default_runtime=True, timeout=20)
     message = str(excinfo.value)
     print(message)
@@ -191,7 +193,7 @@ def test_dockerd_not_running_defers(lab_dockerd):
 WORKER = textwrap.dedent('''
     import sys
     sys.path.insert(0, %(collections)r)
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
 
     class NoDockerd(object):
         def pid(self): return None
@@ -199,8 +201,8 @@ WORKER = textwrap.dedent('''
 
     path, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     for index in range(rounds):
-        request = dj.Request(path=path, name=name, runtime_path='/opt/%%s/%%d' %% (name, index), apply='none')
-        dj.converge(request, NoDockerd(), api=None)
+        request = apply.Request(path=path, name=name, runtime_path='/opt/%%s/%%d' %% (name, index), apply='none')
+        apply.converge(request, NoDockerd(), api=None)
 ''')
 
 
@@ -260,8 +262,8 @@ def test_dockerd_reading_another_file_is_refused(lab_dockerd, tmp_path):
     lab = lab_dockerd
     other = str(tmp_path / 'daemon.json')
     service = LabService(lab)
-    with pytest.raises(dj.DaemonJsonError) as excinfo:
-        dj.converge(dj.Request(path=other), service, lab.api)
+    with pytest.raises(GpufleetError) as excinfo:
+        apply.converge(apply.Request(path=other), service, lab.api)
     assert 'reads %s, not %s' % (lab.config, other) in str(excinfo.value)
     assert not os.path.exists(other) and service.reloads == 0
 
@@ -293,7 +295,7 @@ def _option_keys():
     def run(argv):
         proc = subprocess.run(argv, capture_output=True, text=True)
         return proc.returncode, proc.stdout, proc.stderr
-    return dj.option_keys_from_help(dj.dockerd_help(run, DOCKERD))
+    return dockerd.option_keys_from_help(dockerd.dockerd_help(run, DOCKERD))
 
 
 def test_option_keys_from_help_match_this_dockerd(lab_dockerd):
@@ -319,8 +321,8 @@ def test_unknown_key_already_in_file_is_refused_not_restarted(lab_dockerd):
         handle.write(text)
     pid = lab.pid()
     service = LabService(lab)
-    with pytest.raises(dj.DaemonJsonError) as excinfo:
-        dj.converge(dj.Request(path=lab.config, state='present'), service, lab.api, option_keys=_option_keys())
+    with pytest.raises(GpufleetError) as excinfo:
+        apply.converge(apply.Request(path=lab.config, state='present'), service, lab.api, option_keys=_option_keys())
     assert '"//" is not a dockerd option' in str(excinfo.value)
     assert read(lab.config).decode() == text and lab.pid() == pid and (service.reloads, service.restarts) == (0, 0)
 
@@ -338,16 +340,16 @@ def test_apply_none_does_not_depend_on_a_dockerd_that_does_not_answer(lab_docker
     other = str(tmp_path / 'other.json')
     os.kill(pid, signal.SIGSTOP)
     try:
-        result = dj.converge(dj.Request(path=lab.config, apply='none'), LabService(lab), api)
+        result = apply.converge(apply.Request(path=lab.config, apply='none'), LabService(lab), api)
         assert result['action'] == 'deferred' and result['file_changed'], result['msg']
         assert any('did not answer' in w for w in result['warnings'])
         assert 'nvidia' in json.loads(read(lab.config))['runtimes']
-        result = dj.converge(dj.Request(path=other, apply='none'), LabService(lab), api)
+        result = apply.converge(apply.Request(path=other, apply='none'), LabService(lab), api)
         assert result['action'] == 'deferred' and result['dockerd_pid_before'] is None
         assert 'reads %s, not this file' % lab.config in result['msg']
         assert 'nvidia' in json.loads(read(other))['runtimes']
-        with pytest.raises(dj.DaemonJsonError, match='does not answer'):
-            dj.converge(dj.Request(path=lab.config, name='other-runtime'), LabService(lab), api)
+        with pytest.raises(GpufleetError, match='does not answer'):
+            apply.converge(apply.Request(path=lab.config, name='other-runtime'), LabService(lab), api)
         assert 'other-runtime' not in read(lab.config).decode()
     finally:
         os.kill(pid, signal.SIGCONT)

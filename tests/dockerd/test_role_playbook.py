@@ -29,7 +29,7 @@ PLAYBOOK = '''
   post_tasks:
     - name: Save the module result
       ansible.builtin.copy:
-        content: "{{ __container_runtime_result | to_json }}"
+        content: "{{ container_runtime_result | to_json }}"
         dest: "{{ result_file }}"
         mode: "0600"
       check_mode: false

@@ -57,6 +57,16 @@ def run_module(workdir, prefix=(), preexec_fn=None, **args):
     return parse(proc)
 
 
+def daemon_json(sandbox, content):
+    """A root-owned 0755 ``<sandbox>/docker`` holding ``daemon.json`` with ``content``; returns (directory, path)."""
+    directory = os.path.join(sandbox, 'docker')
+    os.mkdir(directory, 0o755)
+    path = os.path.join(directory, 'daemon.json')
+    with open(path, 'wb') as handle:
+        handle.write(content)
+    return directory, path
+
+
 def assert_failed_cleanly(result, path, directory, original, allowed=('daemon.json',)):
     assert result.get('failed'), result
     assert result['msg'].startswith(path + ':'), result['msg']
@@ -71,11 +81,7 @@ def assert_failed_cleanly(result, path, directory, original, allowed=('daemon.js
                                   b'{"runtimes": ' + b'{"x": ' * 5000 + b'{}' + b'}' * 5001],
                          ids=['100000-arrays', '100000-objects', 'deep-runtimes'])
 def test_deep_json_is_failed_naming_the_file(sandbox, text):
-    directory = os.path.join(sandbox, 'docker')
-    os.mkdir(directory)
-    path = os.path.join(directory, 'daemon.json')
-    with open(path, 'wb') as handle:
-        handle.write(text)
+    directory, path = daemon_json(sandbox, text)
     result = run_module(sandbox, path=path)
     assert_failed_cleanly(result, path, directory, text)
     assert 'nested deeper than' in result['msg']
@@ -87,12 +93,8 @@ def _limit_memory():
 
 def test_huge_file_is_failed_naming_the_file(sandbox):
     """A 4 GiB daemon.json (sparse) on a host that gives the module 1 GiB of address space."""
-    directory = os.path.join(sandbox, 'docker')
-    os.mkdir(directory)
-    path = os.path.join(directory, 'daemon.json')
-    with open(path, 'wb') as handle:
-        handle.write(b'{"labels": ["')
-        handle.truncate(4 << 30)
+    directory, path = daemon_json(sandbox, b'{"labels": ["')
+    os.truncate(path, 4 << 30)
     before = os.stat(path)
     result = run_module(sandbox, preexec_fn=_limit_memory, path=path)
     assert result.get('failed') and result['msg'].startswith(path + ': the file is %d bytes' % (4 << 30)), result
@@ -128,11 +130,7 @@ NAMESPACE_DRIVER = textwrap.dedent(r'''
 @pytest.mark.parametrize('backup', [False, True], ids=['write', 'backup'])
 @pytest.mark.parametrize('kind', ['read-only-bind-mount', 'full-tmpfs'])
 def test_write_failure_in_a_namespace(sandbox, kind, backup):
-    directory = os.path.join(sandbox, 'docker')
-    os.mkdir(directory, 0o755)
-    path = os.path.join(directory, 'daemon.json')
-    with open(path, 'wb') as handle:
-        handle.write(ORIGINAL)
+    directory, path = daemon_json(sandbox, ORIGINAL)
     command = module_command(sandbox, path=path, backup=backup)
     proc = subprocess.run(['unshare', '--mount', '--propagation', 'private', sys.executable, '-c', NAMESPACE_DRIVER,
                            kind, directory, ORIGINAL.decode(), json.dumps(command)],
@@ -153,11 +151,7 @@ def _chattr(flag, path):
 
 @pytest.mark.parametrize('target', ['file', 'directory'])
 def test_immutable_file_or_directory(sandbox, target):
-    directory = os.path.join(sandbox, 'docker')
-    os.mkdir(directory, 0o755)
-    path = os.path.join(directory, 'daemon.json')
-    with open(path, 'wb') as handle:
-        handle.write(ORIGINAL)
+    directory, path = daemon_json(sandbox, ORIGINAL)
     immutable = path if target == 'file' else directory
     _chattr('+i', immutable)
     try:
@@ -169,11 +163,7 @@ def test_immutable_file_or_directory(sandbox, target):
 
 
 def test_permission_denied_to_root_without_dac_override(sandbox):
-    directory = os.path.join(sandbox, 'docker')
-    os.mkdir(directory, 0o755)
-    path = os.path.join(directory, 'daemon.json')
-    with open(path, 'wb') as handle:
-        handle.write(ORIGINAL)
+    directory, path = daemon_json(sandbox, ORIGINAL)
     os.chmod(directory, 0o555)
     caps = '-dac_override,-dac_read_search,-fowner'
     result = run_module(sandbox, prefix=['setpriv', '--inh-caps=' + caps, '--bounding-set=' + caps, '--'], path=path)
@@ -188,7 +178,7 @@ def test_permission_denied_to_root_without_dac_override(sandbox):
 WORKER = textwrap.dedent(r'''
     import os, sys, time, traceback
     sys.path.insert(0, sys.argv[1])
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
 
     class NoDockerd(object):
         def pid(self): return None
@@ -204,7 +194,7 @@ WORKER = textwrap.dedent(r'''
             time.sleep(0)
         path = os.path.join(base, 'round-%d' % round_, 'a', 'b', 'c', 'daemon.json')
         try:
-            dj.converge(dj.Request(path=path, name=name, apply='none'), NoDockerd(), api=None)
+            apply.converge(apply.Request(path=path, name=name, apply='none'), NoDockerd(), api=None)
             outcome = 'ok'
         except Exception:
             outcome = traceback.format_exc()

@@ -14,6 +14,11 @@ import re
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _json_splice as splice
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'daemon_json')
 GOOD = sorted(os.listdir(os.path.join(FIXTURES, 'good')))
@@ -35,7 +40,7 @@ def read(kind, name):
     if '.crlf.' in name:
         text = text.replace('\n', '\r\n')
     if '.bom.' in name:
-        text = dj.BOM + text
+        text = splice.BOM + text
     return text
 
 
@@ -50,7 +55,7 @@ def test_corpus_is_big_enough():
 
 def _raw_members(text):
     """Raw text of each top-level member: ``{key: '"key": value'}``."""
-    root = dj.parse_document(text)
+    root = splice.parse_document(text)
     if root is None:
         return {}
     return dict((m.key, text[m.key_start:m.node.end]) for m in root.members)
@@ -103,10 +108,10 @@ def test_corpus_merge_preserves_everything(name, params_name):
     result = load(merged)
 
     # Exactly the expected config: every original key/value kept, ours set.
-    assert dj.same_value(result, _expected(original, params))
+    assert splice.same_value(result, _expected(original, params))
     # Key order: the original keys in their order, new keys appended.
-    keys = list(dj.parse_document(merged).value) if dj.parse_document(merged) else []
-    original_keys = [m.key for m in dj.parse_document(text).members] if dj.parse_document(text) else []
+    keys = list(splice.parse_document(merged).value) if splice.parse_document(merged) else []
+    original_keys = [m.key for m in splice.parse_document(text).members] if splice.parse_document(text) else []
     original_keys = [key for key in original_keys if key in result]
     assert keys[:len(original_keys)] == original_keys
     # Untouched members keep their exact bytes (numbers, escapes, spacing).
@@ -115,7 +120,7 @@ def test_corpus_merge_preserves_everything(name, params_name):
         if key not in dj.OUR_KEYS:
             assert raw in merged, key
     # Nested: other runtimes and other features keep their exact bytes too.
-    root = dj.parse_document(text)
+    root = splice.parse_document(text)
     for outer in ('runtimes', 'features'):
         index, member = root.member(outer) if root else (None, None)
         if member is not None and member.node.kind == 'object':
@@ -131,8 +136,8 @@ def test_corpus_merge_preserves_everything(name, params_name):
         assert not re.search(r'^ +"', merged, re.M)
     if root is not None and root.members and '\n' not in text.strip():
         assert '\n' not in merged.strip(), 'a one-line file stays one line'
-    if text.startswith(dj.BOM):
-        assert merged.startswith(dj.BOM)
+    if text.startswith(splice.BOM):
+        assert merged.startswith(splice.BOM)
     nvidia = (original.get('runtimes') or {}).get('nvidia')
     expected_warnings = 0
     if isinstance(nvidia, dict) and nvidia.get('args') and nvidia['args'] != params.get('runtime_args'):
@@ -160,7 +165,7 @@ def test_corpus_absent(name):
     text = read('good', name)
     original = load(text)
     removed, unused = dj.merge_text(text, name, state='absent')
-    assert dj.same_value(load(removed), _expected(original, {}, state='absent'))
+    assert splice.same_value(load(removed), _expected(original, {}, state='absent'))
     again, unused = dj.merge_text(removed, name, state='absent')
     assert again == removed
     if 'nvidia' not in (original.get('runtimes') or {}) and original.get('default-runtime') != 'nvidia':
@@ -177,10 +182,10 @@ def test_corpus_present_then_absent_keeps_user_data(name):
     for key, value in original.items():
         if key in ('runtimes', 'default-runtime'):
             continue
-        assert dj.same_value(result[key], value)
+        assert splice.same_value(result[key], value)
     for key, value in (original.get('runtimes') or {}).items():
         if key != 'nvidia':
-            assert dj.same_value(result['runtimes'][key], value)
+            assert splice.same_value(result['runtimes'][key], value)
     assert 'nvidia' not in result['runtimes']
     assert 'default-runtime' not in result
 
@@ -259,8 +264,8 @@ def test_absent_on_missing_file_stays_missing():
 @pytest.mark.parametrize('name', BAD)
 def test_bad_input_fails_naming_file_and_problem(name, tmp_path):
     path = os.path.join(FIXTURES, 'bad', name)
-    with pytest.raises(dj.DaemonJsonError) as excinfo:
-        exists, real, text = dj.read_config(path)
+    with pytest.raises(GpufleetError) as excinfo:
+        text = apply.read_config(path).text
         dj.merge_text(text, path)
     message = str(excinfo.value)
     assert path in message
@@ -270,37 +275,37 @@ def test_bad_input_fails_naming_file_and_problem(name, tmp_path):
 def test_invalid_utf8_fails_naming_file(tmp_path):
     path = tmp_path / 'daemon.json'
     path.write_bytes(b'{"labels": ["caf\xe9"]}\n')
-    with pytest.raises(dj.DaemonJsonError, match=r'%s: not valid UTF-8' % path):
-        dj.read_config(str(path))
+    with pytest.raises(GpufleetError, match=r'%s: not valid UTF-8' % path):
+        apply.read_config(str(path))
 
 
 def test_corpus_has_crlf_and_bom_variants():
     assert '\r\n' in read('good', '18-crlf-windows-editor.crlf.json')
-    assert read('good', '35-bom.bom.json').startswith(dj.BOM)
+    assert read('good', '35-bom.bom.json').startswith(splice.BOM)
 
 
 def test_duplicate_key_message_is_explicit():
-    with pytest.raises(dj.DaemonJsonError, match=r'/etc/docker/daemon.json: duplicate key "debug"'):
+    with pytest.raises(GpufleetError, match=r'/etc/docker/daemon.json: duplicate key "debug"'):
         dj.merge_text('{"debug": true, "debug": false}', '/etc/docker/daemon.json')
 
 
 def test_features_not_object_fails_when_cdi_set():
-    with pytest.raises(dj.DaemonJsonError, match=r'x.json: "features" must be a JSON object, found an array'):
+    with pytest.raises(GpufleetError, match=r'x.json: "features" must be a JSON object, found an array'):
         dj.merge_text('{"features": []}', 'x.json', cdi=True)
     assert dj.merge_text('{"features": []}', 'x.json')[0] != '{"features": []}'
 
 
 @pytest.mark.parametrize('name', dj.RESERVED_RUNTIMES)
 def test_reserved_names_refused(name):
-    with pytest.raises(dj.DaemonJsonError, match='reserved'):
+    with pytest.raises(GpufleetError, match='reserved'):
         dj.merge_text('{}', 'x.json', name=name)
 
 
 def test_style_detection():
-    style = dj.Style('{\n\t"a": {\n\t\t"b": 1\n\t}\n}', dj.parse_document('{\n\t"a": {\n\t\t"b": 1\n\t}\n}'))
+    style = splice.Style('{\n\t"a": {\n\t\t"b": 1\n\t}\n}', splice.parse_document('{\n\t"a": {\n\t\t"b": 1\n\t}\n}'))
     assert style.unit == '\t' and not style.compact
     text = '{"a" : 1 , "b" : 2}'
-    style = dj.Style(text, dj.parse_document(text))
+    style = splice.Style(text, splice.parse_document(text))
     assert style.compact and style.kv_sep == ' : ' and style.item_sep == ' , '
 
 
@@ -313,9 +318,9 @@ def test_write_atomic_keeps_mode_and_follows_symlink(tmp_path):
     os.chmod(str(target), 0o600)
     link = tmp_path / 'daemon.json'
     os.symlink(str(target), str(link))
-    real = dj.resolve_path(str(link))
+    real = _host.resolve_path(str(link))
     assert real == str(target)
-    dj.write_atomic(real, b'{"a": 1}\n')
+    _host.write_atomic(real, b'{"a": 1}\n')
     assert os.path.islink(str(link))
     assert target.read_text() == '{"a": 1}\n'
     assert os.stat(str(target)).st_mode & 0o777 == 0o600
@@ -325,28 +330,28 @@ def test_write_atomic_keeps_mode_and_follows_symlink(tmp_path):
 def test_dangling_symlink_refused(tmp_path):
     link = tmp_path / 'daemon.json'
     os.symlink(str(tmp_path / 'missing.json'), str(link))
-    with pytest.raises(dj.DaemonJsonError, match='does not exist'):
-        dj.resolve_path(str(link))
+    with pytest.raises(GpufleetError, match='does not exist'):
+        _host.resolve_path(str(link))
 
 
 def test_new_file_mode(tmp_path):
     path = str(tmp_path / 'docker' / 'daemon.json')
-    dj.ensure_directory(path)
-    dj.write_atomic(path, b'{}\n')
+    _host.ensure_directory(path)
+    _host.write_atomic(path, b'{}\n')
     assert os.stat(str(tmp_path / 'docker')).st_mode & 0o777 == 0o755
     assert os.stat(path).st_mode & 0o777 == 0o644
 
 
 def test_directory_is_not_a_file(tmp_path):
-    with pytest.raises(dj.DaemonJsonError, match='not a regular file'):
-        dj.read_config(str(tmp_path))
+    with pytest.raises(GpufleetError, match='not a regular file'):
+        apply.read_config(str(tmp_path))
 
 
 # ---------------------------------------------------------------- flags and comparison
 
 
 def test_flags_to_keys():
-    flags = dj.flags_to_keys(['-H', 'fd://', '--containerd=/run/containerd/containerd.sock', '--add-runtime',
+    flags = dockerd.flags_to_keys(['-H', 'fd://', '--containerd=/run/containerd/containerd.sock', '--add-runtime',
                               'nvidia=/usr/bin/nvidia-container-runtime', '--default-runtime=nvidia', '-D',
                               '--config-file', '/etc/docker/daemon.json', '--log-opt', 'max-size=1m'])
     assert flags['hosts'] == '-H fd://'
@@ -357,7 +362,7 @@ def test_flags_to_keys():
 
 
 def test_flag_conflicts_fatal_only_for_what_we_introduce():
-    flags = dj.flags_to_keys(['--default-runtime', 'runc', '-H', 'fd://'])
+    flags = dockerd.flags_to_keys(['--default-runtime', 'runc', '-H', 'fd://'])
     fatal, pre = dj.flag_conflicts({'hosts': ['x']}, {'hosts': ['x'], 'default-runtime': 'nvidia'}, flags)
     assert len(fatal) == 1 and 'default-runtime' in fatal[0]
     assert len(pre) == 1 and 'hosts' in pre[0]
@@ -395,7 +400,7 @@ def test_dockerd_error_picks_fatal_lines():
     log = ('time="x" level=info msg="Starting up"\n'
            'unable to configure the Docker daemon with file /etc/docker/daemon.json: the following directives '
            'are specified both as a flag and in the configuration file: hosts\n')
-    assert 'both as a flag' in dj.dockerd_error(log)
+    assert 'both as a flag' in dockerd.dockerd_error(log)
 
 
 def test_compare_running_cdi_on_new_dockerd():
@@ -418,7 +423,7 @@ def test_default_not_given_keeps_the_users_default():
     assert dj.merge_text(text, 'x', default_runtime=None)[0] == merged
     removed, unused = dj.merge_text(text, 'x', default_runtime=False)
     assert 'default-runtime' not in load(removed)
-    assert dj.Request().default_runtime is None
+    assert apply.Request().default_runtime is None
 
 
 def test_replacing_a_custom_runtime_path_warns_naming_both():
@@ -433,30 +438,30 @@ def test_replacing_a_custom_runtime_path_warns_naming_both():
 @pytest.mark.parametrize('text', ['[' * 100000, '{"a":' * 100000 + '1' + '}' * 100000,
                                   '{"a": ' + '[' * 70 + ']' * 70 + '}'])
 def test_deep_json_is_a_clean_error(text):
-    with pytest.raises(dj.DaemonJsonError, match='daemon.json: JSON nested deeper than 64 levels'):
-        dj.parse_document(text, 'daemon.json')
+    with pytest.raises(GpufleetError, match='daemon.json: JSON nested deeper than 64 levels'):
+        splice.parse_document(text, 'daemon.json')
 
 
 def test_nesting_depth_skips_strings():
-    assert dj.nesting_depth('{"a": "[[[{{{\\"[[", "b": [1, {"c": []}]}') == 4
-    assert dj.nesting_depth('"unterminated [[[') == 0
+    assert splice.nesting_depth('{"a": "[[[{{{\\"[[", "b": [1, {"c": []}]}') == 4
+    assert splice.nesting_depth('"unterminated [[[') == 0
     # A configuration as deep as the limit is fine.
     deep = '{"a": ' + '[' * 63 + ']' * 63 + '}'
-    assert dj.parse_document(deep).value == {'a': json.loads('[' * 63 + ']' * 63)}
+    assert splice.parse_document(deep).value == {'a': json.loads('[' * 63 + ']' * 63)}
 
 
 def test_large_file_is_a_clean_error(tmp_path):
     path = tmp_path / 'daemon.json'
     path.write_text('{"labels": ["%s"]}\n' % ('x' * dj.MAX_CONFIG_BYTES))
-    with pytest.raises(dj.DaemonJsonError, match='%s: the file is \\d+ bytes' % re.escape(str(path))):
-        dj.read_config(str(path))
+    with pytest.raises(GpufleetError, match='%s: the file is \\d+ bytes' % re.escape(str(path))):
+        apply.read_config(str(path))
 
 
 def test_fifo_is_not_read(tmp_path):
     path = str(tmp_path / 'daemon.json')
     os.mkfifo(path)
-    with pytest.raises(dj.DaemonJsonError, match='not a regular file'):
-        dj.read_config(path)  # returns at once: opened non-blocking
+    with pytest.raises(GpufleetError, match='not a regular file'):
+        apply.read_config(path)  # returns at once: opened non-blocking
 
 
 def test_writable_directory_is_refused(tmp_path):
@@ -464,11 +469,11 @@ def test_writable_directory_is_refused(tmp_path):
     directory.mkdir()
     for mode in (0o777, 0o775, 0o1777):
         os.chmod(str(directory), mode)
-        with pytest.raises(dj.DaemonJsonError, match='refusing to use the directory %s: it is writable by'
+        with pytest.raises(GpufleetError, match='refusing to use the directory %s: it is writable by'
                            % re.escape(str(directory))):
-            dj.resolve_path(str(directory / 'daemon.json'))
+            _host.resolve_path(str(directory / 'daemon.json'))
     os.chmod(str(directory), 0o755)
-    assert dj.resolve_path(str(directory / 'daemon.json')) == str(directory / 'daemon.json')
+    assert _host.resolve_path(str(directory / 'daemon.json')) == str(directory / 'daemon.json')
 
 
 def test_directory_or_file_owned_by_another_user_is_refused(tmp_path):
@@ -477,16 +482,16 @@ def test_directory_or_file_owned_by_another_user_is_refused(tmp_path):
     path = directory / 'daemon.json'
     path.write_text('{}\n')
     os.chown(str(path), 4242, 4242)
-    with pytest.raises(dj.DaemonJsonError, match='the file %s: it is owned by uid 4242' % re.escape(str(path))):
-        dj.read_config(str(path))
+    with pytest.raises(GpufleetError, match='the file %s: it is owned by uid 4242' % re.escape(str(path))):
+        apply.read_config(str(path))
     os.chown(str(path), 0, 0)
     os.chmod(str(path), 0o646)
-    with pytest.raises(dj.DaemonJsonError, match='is writable by every user'):
-        dj.read_config(str(path))
+    with pytest.raises(GpufleetError, match='is writable by every user'):
+        apply.read_config(str(path))
     os.chmod(str(path), 0o644)
     os.chown(str(directory), 4242, 4242)
-    with pytest.raises(dj.DaemonJsonError, match='directory %s: it is owned by uid 4242' % re.escape(str(directory))):
-        dj.resolve_path(str(path))
+    with pytest.raises(GpufleetError, match='directory %s: it is owned by uid 4242' % re.escape(str(directory))):
+        _host.resolve_path(str(path))
 
 
 def test_sticky_ancestor_is_fine_but_not_as_the_files_directory(tmp_path):
@@ -494,9 +499,9 @@ def test_sticky_ancestor_is_fine_but_not_as_the_files_directory(tmp_path):
     sticky.mkdir()
     os.chmod(str(sticky), 0o1777)
     (sticky / 'docker').mkdir()
-    assert dj.resolve_path(str(sticky / 'docker' / 'daemon.json')) == str(sticky / 'docker' / 'daemon.json')
-    with pytest.raises(dj.DaemonJsonError, match='refusing to use the directory'):
-        dj.resolve_path(str(sticky / 'daemon.json'))
+    assert _host.resolve_path(str(sticky / 'docker' / 'daemon.json')) == str(sticky / 'docker' / 'daemon.json')
+    with pytest.raises(GpufleetError, match='refusing to use the directory'):
+        _host.resolve_path(str(sticky / 'daemon.json'))
 
 
 def test_links_followed_only_when_trusted(tmp_path):
@@ -504,22 +509,22 @@ def test_links_followed_only_when_trusted(tmp_path):
     target.write_text('{}\n')
     link = tmp_path / 'daemon.json'
     os.symlink('real.json', str(link))
-    assert dj.resolve_path(str(link)) == str(target)
+    assert _host.resolve_path(str(link)) == str(target)
     os.lchown(str(link), 4242, 4242)
-    with pytest.raises(dj.DaemonJsonError, match='the symbolic link %s: it is owned by uid 4242' % re.escape(str(link))):
-        dj.resolve_path(str(link))
+    with pytest.raises(GpufleetError, match='the symbolic link %s: it is owned by uid 4242' % re.escape(str(link))):
+        _host.resolve_path(str(link))
     # A link to a directory another user can write is refused at that directory.
     open_dir = tmp_path / 'open'
     open_dir.mkdir()
     os.chmod(str(open_dir), 0o777)
     dir_link = tmp_path / 'docker'
     os.symlink(str(open_dir), str(dir_link))
-    with pytest.raises(dj.DaemonJsonError, match='directory %s' % re.escape(str(open_dir))):
-        dj.resolve_path(str(dir_link / 'daemon.json'))
+    with pytest.raises(GpufleetError, match='directory %s' % re.escape(str(open_dir))):
+        _host.resolve_path(str(dir_link / 'daemon.json'))
     loop = tmp_path / 'loop'
     os.symlink('loop', str(loop))
-    with pytest.raises(dj.DaemonJsonError, match='too many levels'):
-        dj.resolve_path(str(loop))
+    with pytest.raises(GpufleetError, match='too many levels'):
+        _host.resolve_path(str(loop))
 
 
 def test_ensure_directory_tolerates_a_concurrent_creator(tmp_path, monkeypatch):
@@ -531,7 +536,7 @@ def test_ensure_directory_tolerates_a_concurrent_creator(tmp_path, monkeypatch):
         real_mkdir(directory, mode)
 
     monkeypatch.setattr(os, 'mkdir', racing_mkdir)
-    assert dj.ensure_directory(path) is False
+    assert _host.ensure_directory(path) is False
     monkeypatch.setattr(os, 'mkdir', real_mkdir)
     assert os.path.isdir(os.path.dirname(path))
 
@@ -548,8 +553,8 @@ def test_ensure_directory_refuses_a_link_where_the_directory_should_be(tmp_path,
         real_mkdir(directory, mode)
 
     monkeypatch.setattr(os, 'mkdir', planted)
-    with pytest.raises(dj.DaemonJsonError, match='is not a directory we can use'):
-        dj.ensure_directory(path)
+    with pytest.raises(GpufleetError, match='is not a directory we can use'):
+        _host.ensure_directory(path)
     assert os.stat(str(elsewhere)).st_mode & 0o777 == 0o700
 
 
@@ -557,11 +562,11 @@ def test_write_failure_names_the_file_and_leaves_no_temp(tmp_path):
     path = tmp_path / 'daemon.json'
     path.write_text('{"debug": true}\n')
 
-    def full(src, dest):
+    def full(tmp, dest):  # the label hook runs on the finished temp file, just before the rename
         raise OSError(28, 'No space left on device')
 
-    with pytest.raises(dj.DaemonJsonError, match='%s: cannot write: No space left on device' % re.escape(str(path))):
-        dj.write_atomic(str(path), b'{}\n', mover=full)
+    with pytest.raises(GpufleetError, match='%s: cannot write: No space left on device' % re.escape(str(path))):
+        _host.write_atomic(str(path), b'{}\n', label=full)
     assert path.read_text() == '{"debug": true}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ['daemon.json']
 
@@ -570,6 +575,6 @@ def test_backup_copy_keeps_mode_and_content(tmp_path):
     path = tmp_path / 'daemon.json'
     path.write_text('{"debug": true}\n')
     os.chmod(str(path), 0o640)
-    name = dj.backup_copy(str(path))
+    name = _host.backup_copy(str(path))
     assert name.startswith(str(path) + '.%d.' % os.getpid()) and name.endswith('~')
     assert open(name).read() == '{"debug": true}\n' and os.stat(name).st_mode & 0o777 == 0o640

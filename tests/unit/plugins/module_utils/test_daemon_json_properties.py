@@ -12,6 +12,7 @@ import json
 from hypothesis import given, settings, strategies as st
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _json_splice as splice
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-10 ** 30, max_value=10 ** 30),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12))
@@ -65,13 +66,13 @@ def test_merge_keeps_user_data_and_is_idempotent(document, params):
     result = dj.config_of(merged)
     for key, value in config.items():
         if key not in dj.OUR_KEYS:
-            assert dj.same_value(result[key], value)
+            assert splice.same_value(result[key], value)
     for name, runtime in (config.get('runtimes') or {}).items():
         if name != 'nvidia':
-            assert dj.same_value(result['runtimes'][name], runtime)
+            assert splice.same_value(result['runtimes'][name], runtime)
     assert result['runtimes']['nvidia']['path'] == params['runtime_path']
     if params['default_runtime'] is None:  # not given: left exactly as it was
-        assert dj.same_value(result.get('default-runtime'), config.get('default-runtime'))
+        assert splice.same_value(result.get('default-runtime'), config.get('default-runtime'))
     else:
         assert (result.get('default-runtime') == 'nvidia') == params['default_runtime']
     if params['cdi'] is not None:

@@ -12,6 +12,9 @@ import signal
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
 
 
 class Recorder(object):
@@ -30,68 +33,72 @@ TOOLS = {'systemctl': '/usr/bin/systemctl', 'initctl': '/sbin/initctl', 'service
 
 def test_systemd_reload_and_restart():
     run = Recorder()
-    service = dj.InitSystemDockerd(run, 'systemd', TOOLS)
+    service = dockerd.Dockerd(run, 'systemd', TOOLS)
     service.reload()
     service.restart()
     assert run.calls == [['/usr/bin/systemctl', 'reload', 'docker'], ['/usr/bin/systemctl', 'reset-failed', 'docker'],
                          ['/usr/bin/systemctl', 'restart', 'docker']]
 
 
-def test_upstart_reload_and_restart_falls_back_to_start(tmp_path):
+def test_upstart_reload_and_restart_is_stop_then_start(tmp_path):
+    # The same restart as the persistence daemon's (_service.Service): "initctl restart" keeps the old job
+    # definition and fails on a stopped job; stop ("Unknown instance" = already stopped) waits for
+    # stop/waiting, then start.
     (tmp_path / 'docker.conf').write_text('exec /usr/bin/dockerd\n')
-    run = Recorder({('restart', 'docker'): (1, '', 'initctl: Unknown instance:')})
-    service = dj.InitSystemDockerd(run, 'upstart', TOOLS, upstart_job_dir=str(tmp_path))
+    run = Recorder({('stop', 'docker'): (1, '', 'initctl: Unknown instance:'),
+                    ('status', 'docker'): (0, 'docker stop/waiting\n', '')})
+    service = dockerd.Dockerd(run, 'upstart', TOOLS, upstart_job_dir=str(tmp_path))
     service.reload()
     service.restart()
-    assert run.calls == [['/sbin/initctl', 'reload', 'docker'], ['/sbin/initctl', 'restart', 'docker'],
-                         ['/sbin/initctl', 'start', 'docker']]
+    assert run.calls == [['/sbin/initctl', 'reload', 'docker'], ['/sbin/initctl', 'stop', 'docker'],
+                         ['/sbin/initctl', 'status', 'docker'], ['/sbin/initctl', 'start', 'docker']]
 
 
-def test_sysvinit_reload_signals_pid_and_restart_uses_service(monkeypatch):
+def test_sysvinit_reload_signals_pid_and_restart_runs_the_script(monkeypatch):
     sent = []
-    monkeypatch.setattr(dj.os, 'kill', lambda pid, signum: sent.append((pid, signum)))
+    monkeypatch.setattr(_service.os, 'kill', lambda pid, signum: sent.append((pid, signum)))
     run = Recorder()
-    service = dj.InitSystemDockerd(run, 'sysvinit', TOOLS)
+    service = dockerd.Dockerd(run, 'sysvinit', TOOLS)
     monkeypatch.setattr(service, 'pid', lambda: 777)
     service.reload()
     service.restart()
     assert sent == [(777, signal.SIGHUP)]
-    assert run.calls == [['/usr/sbin/service', 'docker', 'restart']]
+    assert run.calls == [['/etc/init.d/docker', 'restart']]
 
 
 def test_upstart_host_without_docker_job_manages_the_sysv_script(tmp_path, monkeypatch):
     sent = []
-    monkeypatch.setattr(dj.os, 'kill', lambda pid, signum: sent.append((pid, signum)))
+    monkeypatch.setattr(_service.os, 'kill', lambda pid, signum: sent.append((pid, signum)))
     run = Recorder()
-    service = dj.InitSystemDockerd(run, 'upstart', TOOLS, upstart_job_dir=str(tmp_path))
+    service = dockerd.Dockerd(run, 'upstart', TOOLS, upstart_job_dir=str(tmp_path))
     monkeypatch.setattr(service, 'pid', lambda: 778)
     service.reload()
     service.restart()
     assert sent == [(778, signal.SIGHUP)]
-    assert run.calls == [['/usr/sbin/service', 'docker', 'restart']]
+    assert run.calls == [['/etc/init.d/docker', 'restart']]
 
 
 def test_unknown_init_cannot_restart():
-    with pytest.raises(dj.DaemonJsonError, match='no init system'):
-        dj.InitSystemDockerd(Recorder(), 'unknown', TOOLS).restart()
+    with pytest.raises(GpufleetError, match='no init system'):
+        dockerd.Dockerd(Recorder(), 'unknown', TOOLS).restart()
 
 
 def test_failed_command_message():
     run = Recorder({('restart', 'docker'): (1, '', 'Job for docker.service failed.')})
-    with pytest.raises(dj.DaemonJsonError, match='restarting dockerd failed.*Job for docker.service failed'):
-        dj.InitSystemDockerd(run, 'systemd', TOOLS).restart()
+    with pytest.raises(GpufleetError, match='restart docker failed.*Job for docker.service failed'):
+        dockerd.Dockerd(run, 'systemd', TOOLS).restart()
 
 
 def test_systemd_flags_from_unit_and_defaults(tmp_path, monkeypatch):
     show = ('ExecStart={ path=/usr/sbin/dockerd ; argv[]=/usr/sbin/dockerd -H fd:// '
             '--containerd=/run/containerd/containerd.sock $DOCKER_OPTS ; ignore_errors=no }')
     run = Recorder({('show', 'docker'): (0, show, '')})
-    service = dj.InitSystemDockerd(run, 'systemd', TOOLS)
+    service = dockerd.Dockerd(run, 'systemd', TOOLS)
     monkeypatch.setattr(service, 'pid', lambda: None)
     defaults = tmp_path / 'docker'
     defaults.write_text('# comment\nDOCKER_OPTS="--default-runtime=nvidia --log-level warn"\n')
-    monkeypatch.setattr(dj, '_read_options_file', lambda path, _real=dj._read_options_file: _real(str(defaults)))
-    keys = dj.flags_to_keys(service.flags())
+    monkeypatch.setattr(dockerd, 'read_options_file', lambda path, _real=dockerd.read_options_file: _real(str(defaults)))
+    keys = dockerd.flags_to_keys(service.flags())
     assert keys['hosts'] == '-H fd://'
     assert keys['default-runtime'] == '--default-runtime=nvidia'
     assert 'containerd' in keys and 'log-level' in keys
@@ -99,14 +106,14 @@ def test_systemd_flags_from_unit_and_defaults(tmp_path, monkeypatch):
 
 def test_journal_since():
     run = Recorder()
-    dj.InitSystemDockerd(run, 'systemd', TOOLS).recent_log(since=1700000000.5)
+    dockerd.Dockerd(run, 'systemd', TOOLS).recent_log(since=1700000000.5)
     assert run.calls[0][-1] == '--since=@1700000000'
 
 
 def test_validator_only_when_dockerd_has_validate(tmp_path):
     help_old = Recorder({('--help',): (0, 'Usage: dockerd [OPTIONS]\n  --config-file string', '')})
-    assert dj.dockerd_validator(help_old, '/usr/sbin/dockerd') is None
-    assert dj.dockerd_validator(help_old, None) is None
+    assert dockerd.dockerd_validator(help_old, '/usr/sbin/dockerd') is None
+    assert dockerd.dockerd_validator(help_old, None) is None
 
     seen = []
 
@@ -116,7 +123,7 @@ def test_validator_only_when_dockerd_has_validate(tmp_path):
         seen.append(open(argv[3]).read())
         return 1, '', 'unable to configure the Docker daemon with file %s: bad' % argv[3]
 
-    validate = dj.dockerd_validator(run, '/usr/bin/dockerd')
+    validate = dockerd.dockerd_validator(run, '/usr/bin/dockerd')
     problem = validate('{"x": 1}')
     assert seen == ['{"x": 1}'] and problem.endswith('the merged file: bad')
 
@@ -124,10 +131,10 @@ def test_validator_only_when_dockerd_has_validate(tmp_path):
 def test_option_keys_from_real_help():
     text = ('Options:\n      --add-runtime runtime   Register\n  -D, --debug   Enable debug mode\n'
             '  -H, --host list   Daemon socket(s) to connect to\n      --tlsverify   Use TLS\n')
-    keys = dj.option_keys_from_help(text)
+    keys = dockerd.option_keys_from_help(text)
     assert {'add-runtime', 'debug', 'host', 'tlsverify', 'runtimes', 'hosts', 'features', 'builder'} <= keys
-    assert dj.unknown_keys({'debug': 1, 'tls-verify': 1, 'runtimes': {}}, keys) == ['tls-verify']
-    assert dj.option_keys_from_help(None) is None and dj.unknown_keys({'x': 1}, None) == []
+    assert dockerd.unknown_keys({'debug': 1, 'tls-verify': 1, 'runtimes': {}}, keys) == ['tls-verify']
+    assert dockerd.option_keys_from_help(None) is None and dockerd.unknown_keys({'x': 1}, None) == []
 
 
 def _serve_once(socket_path, body):

@@ -95,7 +95,7 @@ def run_module(monkeypatch, tmp_path):
 
     monkeypatch.setattr(docker_runtime.AnsibleModule, 'exit_json', exit_json)
     monkeypatch.setattr(docker_runtime.AnsibleModule, 'fail_json', fail_json)
-    monkeypatch.setattr(docker_runtime.daemon_json, 'dockerd_help', lambda *a: HELP_20_10['text'])
+    monkeypatch.setattr(docker_runtime._dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
 
     def run(args, dockerd):
         dockerd.path = args['path']
@@ -139,7 +139,7 @@ def test_a_no_op_run_does_not_start_dockerd_for_its_help(run_module, tmp_path, m
         asked.append(args)
         return HELP_20_10['text']
 
-    monkeypatch.setattr(docker_runtime.daemon_json, 'dockerd_help', dockerd_help)
+    monkeypatch.setattr(docker_runtime._dockerd, 'dockerd_help', dockerd_help)
     path = str(tmp_path / 'daemon.json')
     with open(path, 'w') as handle:
         handle.write('{}\n')
@@ -381,10 +381,10 @@ def test_write_failure_is_failed_not_a_traceback(run_module, tmp_path, monkeypat
     with open(path, 'w') as handle:
         handle.write('{}\n')
 
-    def no_space(src, dest):
+    def no_space(src, dest, **dir_fds):
         raise OSError(28, 'No space left on device')
 
-    monkeypatch.setattr(_host.os, 'rename', no_space)  # the rename the module's mover does
+    monkeypatch.setattr(_host.os, 'rename', no_space)  # the rename of _host.write_at
     out = run_module({'path': path}, FakeDockerd())
     assert out.failed and out.result['msg'].startswith(path + ': cannot write: No space left on device')
     assert open(path).read() == '{}\n' and os.listdir(str(tmp_path)) == ['daemon.json']
