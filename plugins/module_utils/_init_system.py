@@ -34,10 +34,11 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._host import TOOL_DIRS
+
 INIT_SYSTEMS = ('systemd', 'upstart', 'sysvinit', 'unknown')
 
-# Where service tools live on the distributions we support.
-TOOL_DIRS = ('/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin')
+# The service tools looked for in _host.TOOL_DIRS.
 SERVICE_TOOLS = ('systemctl', 'initctl', 'service', 'update-rc.d', 'chkconfig', 'insserv')
 
 # Names PID 1 has when it is a container shim rather than an init system.
