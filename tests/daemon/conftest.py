@@ -3,40 +3,24 @@
 Prerequisites are checked, never skipped: run ``tests/driverkit/setup`` first
 and run the tests as root (they create private mount namespaces). Every host
 lives in a short /tmp dir that is removed, with its daemons stopped by pid,
-when the test ends.
+when the test ends (``make_host``/``host`` from tests/driverkit/pytest_fakehost.py,
+building ``harness.Host``).
 """
 
 import pytest
 
 import harness
+from pytest_fakehost import host, make_host, require  # noqa: F401  (fixtures; harness put tests/driverkit on sys.path)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def prerequisites():
-    missing = harness.missing_prerequisites()
-    if missing:
-        pytest.fail("daemon tests not ready: %s" % "; ".join(missing), pytrace=False)
+    require("the daemon tests", harness.missing_prerequisites())
 
 
 @pytest.fixture
-def make_host():
-    hosts = []
-
-    def make(gpus=2, description=None):
-        host = harness.Host(gpus=gpus, description=description)
-        hosts.append(host)
-        return host
-
-    yield make
-    stubborn = []
-    for host in hosts:
-        stubborn += host.close()
-    assert not stubborn, "daemons that ignored SIGTERM (killed): %s" % stubborn
-
-
-@pytest.fixture
-def host(make_host):
-    return make_host()
+def host_class():
+    return harness.Host
 
 
 @pytest.fixture(params=["nvidia", "ours"])

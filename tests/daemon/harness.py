@@ -8,71 +8,38 @@ on it, ``OurDaemon`` runs ``files/gpufleet-persistenced``; both fork, so they
 are tracked by the pid in their pid file and stopped by that pid.
 """
 
-import glob
 import os
-import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KIT = os.path.join(REPO, "tests", "driverkit")
-COLLECTIONS = os.path.join(REPO, ".build", "collections")
-for _path in (KIT, COLLECTIONS):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "driverkit"))
 
 import fakehost  # noqa: E402
 
+fakehost.use_collection()
+
 # GPUFLEET_DAEMON_UNDER_TEST runs the suite against another copy of our daemon
 # (e.g. an older one, to see what a change fixed).
-OURS = os.environ.get("GPUFLEET_DAEMON_UNDER_TEST") or os.path.join(REPO, "files", "gpufleet-persistenced")
-SYSTEM_PYTHON = "/usr/bin/python3"
+OURS = (os.environ.get("GPUFLEET_DAEMON_UNDER_TEST")
+        or os.path.join(fakehost.REPO_DIR, "files", "gpufleet-persistenced"))
+SYSTEM_PYTHON = fakehost.SYSTEM_PYTHON
 NOBODY = 65534
+python38 = fakehost.python38
 
 PROGRAM = 35006
 LAST_FRAGMENT = 0x80000000
 
 
-def python38():
-    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
-    return found[0] if found else None
-
-
 def missing_prerequisites():
-    """What this machine lacks to run the daemon tests (empty: ready)."""
-    missing = []
-    if os.geteuid() != 0:
-        missing.append("the daemon tests need root (private mount namespaces)")
-    for path in [os.path.join(fakehost.BUILD_LIB_DIR, lib) for lib in fakehost.FAKE_LIBS] + [
-            fakehost.NUMA_SECCOMP, fakehost.NVIDIA_PERSISTENCED]:
-        if not os.path.exists(path):
-            missing.append("%s is missing (run tests/driverkit/setup)" % path)
-    for tool in ("unshare", "setpriv", "prlimit"):
-        if not shutil.which(tool):
-            missing.append("%s not found (util-linux)" % tool)
-    if not os.access(SYSTEM_PYTHON, os.X_OK):
-        missing.append("%s (Debian's python3) runs our daemon and clients as nobody" % SYSTEM_PYTHON)
-    if not python38():
-        missing.append("no Python 3.8 (~/.pyenv/versions/3.8*/bin/python3.8)")
-    if not os.path.isfile(OURS):
-        missing.append("%s is missing" % OURS)
-    try:
-        import pwd
-        pwd.getpwnam("nobody")
-    except KeyError:
-        missing.append("no user nobody")
-    try:
-        from ansible_collections.gpufleet.nvidia.plugins.module_utils import (  # noqa: F401
-            _persistenced_rpc, _persistence_state)
-    except ImportError as exc:
-        missing.append("the collection is not importable (%s); expected the tree %s"
-                       % (exc, COLLECTIONS))
-    return missing
+    """What this machine lacks to run the daemon tests or the benchmark (empty: ready)."""
+    return fakehost.missing_prerequisites(
+        tools=("unshare", "setpriv", "prlimit"), system_python="it runs our daemon and clients as nobody",
+        python38_needed=True, files=[OURS], users=["nobody"],
+        collection=["_persistenced_rpc", "_persistence_state"])
 
 
 # ---- fake hosts --------------------------------------------------------------
@@ -82,14 +49,13 @@ def bdf(index):
     return "0000:%02x:00.0" % (index + 1)
 
 
-class Host:
+class Host(fakehost.TempHost):
     """A fake NVIDIA host in a short temp dir, with syslog capture and a state dir."""
 
+    prefix = "gfd"
+
     def __init__(self, gpus=2, description=None):
-        self.dir = tempfile.mkdtemp(prefix="gfd", dir="/tmp")
-        self.description = description or fakehost.example_description(gpus)
-        self.tree = fakehost.layout(self.dir, self.description)
-        self.syslog = fakehost.SyslogCapture(self.dir)
+        super().__init__(gpus, description)
         self.state_dir = os.path.join(self.dir, "state")
         os.mkdir(self.state_dir)
         os.chmod(self.state_dir, 0o755)
@@ -113,23 +79,9 @@ class Host:
     def log_lines(self):
         return self.syslog.lines()
 
-    def wait_log(self, text, timeout=5.0):
-        self.syslog.wait_for(text, timeout)
-
-    def close(self):
-        """Stop every daemon still running (SIGTERM, then SIGKILL); return the stubborn ones."""
-        stubborn = []
-        for daemon in self.daemons:
-            for pid in daemon.pids:
-                if fakehost.pid_alive(pid):
-                    os.kill(pid, signal.SIGTERM)
-                    if not fakehost.wait_gone(pid, timeout=5):
-                        stubborn.append(pid)
-                        os.kill(pid, signal.SIGKILL)
-                        fakehost.wait_gone(pid)
-        self.syslog.close()
-        shutil.rmtree(self.dir)
-        return stubborn
+    def started_pids(self):
+        """Every pid a daemon object on this host started (``close`` stops those still running)."""
+        return [pid for daemon in self.daemons for pid in daemon.pids]
 
 
 # ---- the two daemons -------------------------------------------------------------

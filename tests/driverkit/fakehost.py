@@ -41,7 +41,16 @@ The public API, which tests/lab/ reuses for its hosts:
 ``held_gpus(host_dir) -> set``: bus ids the fake libnvidia-cfg holds open.
 
 ``daemon_pid(host_dir)``, ``pid_alive(pid)``, ``wait_gone(pid, timeout)``:
-    find and wait for the daemon (it forks, so it is nobody's child).
+    find and wait for the daemon (it forks, so it is nobody's child);
+    ``stop_pids(pids)`` stops them (SIGTERM, then SIGKILL) and names the stubborn.
+
+For the test suites on fake hosts (tests/kit, tests/daemon, tests/security and
+the benchmark; tests/driverkit/pytest_fakehost.py holds their fixtures):
+``TempHost(gpus=2, description=None)`` a host in a new short /tmp dir with
+its syslog captured, which ``close()`` stops and removes;
+``missing_prerequisites(...)`` what the machine lacks for a suite;
+``use_collection()`` puts the built collection (``COLLECTIONS_DIR``) on
+``sys.path``; ``python38()``; ``SYSTEM_PYTHON``.
 
 The description (JSON)::
 
@@ -62,18 +71,24 @@ an NVML error name (``driver_not_loaded``, ``no_permission``,
 
 import argparse
 import ctypes
+import glob
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 KIT_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(KIT_DIR))
+COLLECTIONS_DIR = os.path.join(REPO_DIR, ".build", "collections")
+# Debian's python3: any user can run it (the test venv lives under /root, which others cannot enter).
+SYSTEM_PYTHON = "/usr/bin/python3"
 CACHE_DIR = os.environ.get("GPUFLEET_DRIVERKIT_CACHE",
                            os.path.join(REPO_DIR, ".cache", "driverkit"))
 BUILD_LIB_DIR = os.path.join(CACHE_DIR, "build", "lib")
@@ -335,6 +350,19 @@ def daemon_pid(host_dir):
         return None
 
 
+def stop_pids(pids, timeout=5):
+    """SIGTERM each live pid, SIGKILL the ones still there after ``timeout``; returns those."""
+    stubborn = []
+    for pid in pids:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            if not wait_gone(pid, timeout=timeout):
+                stubborn.append(pid)
+                os.kill(pid, signal.SIGKILL)
+                wait_gone(pid)
+    return stubborn
+
+
 # ---- running commands inside a host ---------------------------------------
 
 MS_RDONLY = 1
@@ -459,6 +487,98 @@ class SyslogCapture:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# ---- for the test suites ------------------------------------------------------
+
+class TempHost:
+    """A fake host laid out in a new short dir in /tmp, with its syslog captured.
+
+    ``close()`` stops every daemon ``started_pids()`` names (by pid: they fork),
+    removes the dir and returns the pids that ignored SIGTERM. Suites subclass
+    it with their own ways of starting daemons.
+    """
+
+    prefix = "gfh"
+
+    def __init__(self, gpus=2, description=None):
+        self.dir = tempfile.mkdtemp(prefix=self.prefix, dir="/tmp")
+        self.tree = layout(self.dir, description or example_description(gpus))
+        self.syslog = SyslogCapture(self.dir)
+
+    def started_pids(self):
+        """Pids of the daemons started on this host that ``close`` must stop."""
+        return []
+
+    def wait_log(self, text, timeout=5.0):
+        self.syslog.wait_for(text, timeout)
+
+    def close(self):
+        stubborn = stop_pids(self.started_pids())
+        self.syslog.close()
+        shutil.rmtree(self.dir)
+        return stubborn
+
+
+def use_collection():
+    """Put the built collection (``scripts/test build``'s symlink tree) first on sys.path."""
+    if COLLECTIONS_DIR not in sys.path:
+        sys.path.insert(0, COLLECTIONS_DIR)
+
+
+def python38():
+    """pyenv's Python 3.8 (the oldest managed-host Python), or None."""
+    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    return found[0] if found else None
+
+
+def missing_prerequisites(kit=True, nvidia_daemon=True, real_nvml=False, tools=("unshare", "setpriv"),
+                          system_python=None, python38_needed=False, pynvml=False, files=(), users=(),
+                          collection=()):
+    """What this machine lacks to run a suite on fake hosts, one line each (empty: ready).
+
+    Root always. ``kit``: the built fake libraries and numa-seccomp;
+    ``nvidia_daemon``: NVIDIA's 535 binary; ``real_nvml``: Debian's libnvidia-ml;
+    ``tools``: programs on PATH (util-linux); ``system_python``: why the suite
+    needs SYSTEM_PYTHON (None: it does not); ``python38_needed``: pyenv's 3.8;
+    ``pynvml``: importable here; ``files``: more files that must exist;
+    ``users``: accounts that must exist; ``collection``: module_utils that must
+    import from the built collection.
+    """
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("not root: the tests need root (private mount namespaces, other users' identities)")
+    paths = ([os.path.join(BUILD_LIB_DIR, lib) for lib in FAKE_LIBS] + [NUMA_SECCOMP]) if kit else []
+    if nvidia_daemon:
+        paths.append(NVIDIA_PERSISTENCED)
+    if real_nvml:
+        paths.append(os.path.join(REAL_NVML_DIR, "libnvidia-ml.so.1"))
+    missing += ["%s is missing (%s)" % (path, SETUP_HINT) for path in paths if not os.path.exists(path)]
+    missing += ["%s not found (util-linux)" % tool for tool in tools if not shutil.which(tool)]
+    if system_python and not os.access(SYSTEM_PYTHON, os.X_OK):
+        missing.append("%s (Debian's python3) is missing: %s" % (SYSTEM_PYTHON, system_python))
+    if python38_needed and not python38():
+        missing.append("no Python 3.8 (~/.pyenv/versions/3.8*/bin/python3.8)")
+    if pynvml:
+        try:
+            import pynvml as _pynvml  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        except ImportError:
+            missing.append("pynvml is not importable (pip install nvidia-ml-py)")
+    missing += ["%s is missing" % path for path in files if not os.path.isfile(path)]
+    for user in users:
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            missing.append("no user %s" % user)
+    use_collection()
+    for name in collection:
+        try:
+            __import__("ansible_collections.gpufleet.nvidia.plugins.module_utils." + name)
+        except ImportError as exc:
+            missing.append("the collection is not importable (%s); expected the symlink tree %s "
+                           "(scripts/test build)" % (exc, COLLECTIONS_DIR))
+            break
+    return missing
 
 
 # ---- CLI --------------------------------------------------------------------

@@ -1,6 +1,5 @@
 """NVIDIA's nvidia-persistenced (Debian 535) on the fake driver, driven over RPC."""
 
-import glob
 import os
 import shutil
 import signal
@@ -338,11 +337,10 @@ print(sys.version_info[:2], modes, err)
 
 def test_client_on_python38_against_nvidia_daemon(host):
     """Managed hosts may run Python 3.8: the client must work there, not just compile."""
-    pythons = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
-    assert pythons, "no Python 3.8 (pyenv 3.8.x, as scripts/test's py38 layer uses) found"
+    python38 = fakehost.python38()
+    assert python38, "no Python 3.8 (pyenv 3.8.x, as scripts/test's py38 layer uses) found"
     host.start_daemon()
-    collections = os.path.join(fakehost.REPO_DIR, ".build", "collections")
-    out = subprocess.run([pythons[0], "-c", PY38_CLIENT, host.tree.socket, collections],
+    out = subprocess.run([python38, "-c", PY38_CLIENT, host.tree.socket, fakehost.COLLECTIONS_DIR],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "(3, 8) [1, 0] 2"
     assert host.held() == {GPU0}
@@ -361,9 +359,8 @@ with rpc.PersistencedClient(sys.argv[1]) as c:
 def test_535_lets_any_user_set_over_rpc(host):
     """535 does not check SO_PEERCRED (555+ allow only root to set)."""
     host.start_daemon()
-    collections = os.path.join(fakehost.REPO_DIR, ".build", "collections")
     out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                          "/usr/bin/python3", "-c", NOBODY_CLIENT, host.tree.socket, collections],
+                          "/usr/bin/python3", "-c", NOBODY_CLIENT, host.tree.socket, fakehost.COLLECTIONS_DIR],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "0"
     assert host.held() == {GPU1}

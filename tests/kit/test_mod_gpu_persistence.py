@@ -17,9 +17,8 @@ import pytest
 import fakehost
 from fakehost import wait_gone
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.path.join(REPO, ".build", "collections")
-BUNDLED = os.path.join(REPO, "files", "gpufleet-persistenced")
+COLLECTIONS = fakehost.COLLECTIONS_DIR
+BUNDLED = os.path.join(fakehost.REPO_DIR, "files", "gpufleet-persistenced")
 STATE = "/run/gpufleet/persistence.json"  # inside the host: /run is the host tree's, never the machine's
 
 

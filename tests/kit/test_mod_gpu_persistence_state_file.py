@@ -17,8 +17,7 @@ import pytest
 
 import fakehost
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.path.join(REPO, ".build", "collections")
+COLLECTIONS = fakehost.COLLECTIONS_DIR
 STATE_DIR = "/run/gpufleet"
 STATE = STATE_DIR + "/persistence.json"
 UUID0 = "GPU-0000a100-1111-2222-3333-000000000000"

@@ -9,17 +9,14 @@ import json
 import os
 import stat
 import subprocess
-import sys
 
 import pytest
 
 import fakehost
 from fakehost import wait_gone
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, ".build", "collections"))
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd  # noqa: E402
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
 
 STATE = "/run/gpufleet/persistence.json"
 
@@ -35,8 +32,8 @@ def install_script(host, kind):
     bin_dir = os.path.join(host.dir, "bin")
     os.makedirs(bin_dir, exist_ok=True)
     bundled = os.path.join(bin_dir, "gpufleet-persistenced")
-    write_exec(bundled, "#!/bin/sh\nexec /usr/bin/python3 %s \"$@\"\n" % os.path.join(REPO, "files",
-                                                                                   "gpufleet-persistenced"))
+    script = os.path.join(fakehost.REPO_DIR, "files", "gpufleet-persistenced")
+    write_exec(bundled, "#!/bin/sh\nexec /usr/bin/python3 %s \"$@\"\n" % script)
     if kind == "driver":
         daemon = os.path.join(bin_dir, "nvidia-persistenced")
         write_exec(daemon, "#!/bin/sh\nexec %s \"$@\"\n" % " ".join(fakehost.persistenced_argv(host.dir)))

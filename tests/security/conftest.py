@@ -14,7 +14,6 @@ changes the machine's /etc: attackers use uids that need no passwd entry, or
 
 import os
 import pwd
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,32 +21,24 @@ import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.path.join(REPO, ".build", "collections")
-KIT = os.path.join(REPO, "tests", "driverkit")
-for _path in (KIT, COLLECTIONS):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "driverkit"))
 
+import fakehost  # noqa: E402
+from pytest_fakehost import require  # noqa: E402
+
+COLLECTIONS = fakehost.COLLECTIONS_DIR
 RACE_SECONDS = float(os.environ.get("GPUFLEET_SECURITY_SECONDS", "4"))
 # The attacker's interpreter: the machine's own, which any user can run (the
 # test venv's Python lives under /root, which other users cannot enter).
-ATTACKER_PYTHON = "/usr/bin/python3"
+ATTACKER_PYTHON = fakehost.SYSTEM_PYTHON
 # A local user with no passwd entry: nothing on the machine changes for it.
 STRANGER_UID = 4242
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _prerequisites():
-    missing = []
-    if os.geteuid() != 0:
-        missing.append("root (the tests become unprivileged users and run the root side)")
-    if not shutil.which("setpriv"):
-        missing.append("setpriv (util-linux)")
-    if not os.access(ATTACKER_PYTHON, os.X_OK):
-        missing.append("%s (Debian's python3), the attackers' interpreter" % ATTACKER_PYTHON)
-    if missing:
-        pytest.fail("security layer needs: %s" % "; ".join(missing), pytrace=False)
+    require("the security layer", fakehost.missing_prerequisites(
+        kit=False, nvidia_daemon=False, tools=("setpriv",), system_python="the attackers' interpreter"))
 
 
 class Attacker(object):
