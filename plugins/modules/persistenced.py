@@ -154,6 +154,9 @@ options:
     type: str
 notes:
   - Needs root (C(become=true)).
+  - On a systemd host each change of the service definition runs C(systemctl daemon-reload), which cuts running
+    GPU containers (systemd cgroup driver) off their devices unless C(/dev/char) links exist: run
+    M(gpufleet.nvidia.device_links) first, as the C(gpu_node) role does.
   - The threat model, and what root does in the directories the service user owns, is in the collection's
     C(docs/security.md).
   - Local additions to the systemd unit belong in a drop-in (C(/etc/systemd/system/<service>.service.d/)), which this
