@@ -48,8 +48,13 @@ import pwd
 import stat
 import time
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+
 DEFAULT_PATH = '/var/lib/gpufleet/persistence.json'
 FORMAT_VERSION = 1
+# The words the state file uses for a mode: a vocabulary, not an order (NVML's and the RPC's
+# numbers for them are _gpu.WIRE_MODES).
 MODES = ('enabled', 'disabled')
 # A real state file holds ~100 bytes per GPU; 1 MiB is ten thousand GPUs. Anything bigger is not ours.
 MAX_BYTES = 1024 * 1024
@@ -87,7 +92,7 @@ SYSTEM_DIRS = frozenset([
 PSEUDO_ROOTS = ('/proc/', '/sys/', '/dev/', '/boot/')
 
 
-class StateError(Exception):
+class StateError(GpufleetError):
     """The state file or its directory is unusable; the message names it and says what to do."""
 
 
@@ -293,7 +298,7 @@ def inspect_dir(directory, owners, lstat=os.lstat, realpath=os.path.realpath, ho
 def open_dir(directory):
     """A descriptor of ``directory``; its last component may not be a symlink."""
     try:
-        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0))
+        return _host.open_directory(directory)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise StateError('the state directory %s is not a directory (a symbolic link?); it must be a real '
@@ -401,16 +406,9 @@ def take_back(directory, uid):
         os.close(dfd)
 
 
-def _create_new(name, dfd, mode, access=os.O_WRONLY):
-    """Create ``name`` in the directory ``dfd``; fails when anything is there already,
-    a link planted in between included (O_EXCL|O_NOFOLLOW)."""
-    return os.open(name, access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0), mode,
-                   dir_fd=dfd)
-
-
 def _write_marker(dfd):
     """Our root-owned marker in the directory ``dfd``: a later run may hand that directory over."""
-    fd = _create_new(MARKER, dfd, 0o644)
+    fd = _host.create_new_at(dfd, MARKER, 0o644)
     try:
         os.write(fd, MARKER_TEXT.encode('ascii'))
     finally:
@@ -515,7 +513,7 @@ def _lock(dfd, name, path, owner, timeout):
             if exc.errno != errno.ENOENT:
                 raise StateError('cannot open the lock file %s: %s' % (lock_path, exc.strerror))
             try:
-                fd = _create_new(name, dfd, 0o600, os.O_RDONLY)
+                fd = _host.create_new_at(dfd, name, 0o600, os.O_RDONLY)
             except OSError as exc2:
                 if exc2.errno == errno.EEXIST:
                     continue
@@ -552,50 +550,6 @@ def _lock(dfd, name, path, owner, timeout):
         raise
 
 
-def _write_at(dfd, name, path, text, owner):
-    """Atomic replace: a fresh O_EXCL temp file, fchmod/fchown on it, fsync, rename, fsync the directory.
-
-    Any failure leaves the old file as it was and removes the temp file.
-    """
-    tmp = None
-    fd = None
-    try:
-        for _attempt in range(100):
-            candidate = '.%s.%s.tmp' % (name, os.urandom(6).hex())
-            try:
-                fd = _create_new(candidate, dfd, 0o600)
-            except OSError as exc:
-                if exc.errno == errno.EEXIST:
-                    continue
-                raise
-            tmp = candidate
-            break
-        else:
-            raise OSError(errno.EEXIST, 'no free temporary file name')
-        data = text.encode('utf-8')
-        while data:
-            data = data[os.write(fd, data):]
-        if owner is not None:
-            os.fchown(fd, owner[0], owner[1])
-        os.fchmod(fd, 0o644)
-        os.fsync(fd)
-        os.close(fd)
-        fd = None
-        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        tmp = None
-        os.fsync(dfd)
-    except OSError as exc:
-        raise StateError('cannot write %s: %s; the file was left as it was' % (path, exc.strerror or exc))
-    finally:
-        if fd is not None:
-            os.close(fd)
-        if tmp is not None:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
-
-
 def update(path, change, owner=None, timeout=LOCK_TIMEOUT):
     """Locked read-modify-write. ``change(state) -> new_state``.
 
@@ -614,7 +568,11 @@ def update(path, change, owner=None, timeout=LOCK_TIMEOUT):
             before = _decode(_read_at(dfd, name, path, owner[0]), path)
             after = change(before)
             if after != before:
-                _write_at(dfd, name, path, serialize(after), owner)
+                try:
+                    # a failure leaves the old file as it was and no temp file
+                    _host.write_at(dfd, name, serialize(after).encode('utf-8'), 0o644, owner=owner)
+                except OSError as exc:
+                    raise StateError('cannot write %s: %s; the file was left as it was' % (path, exc.strerror or exc))
             return before, after
         finally:
             os.close(lock_fd)

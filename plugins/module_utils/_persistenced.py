@@ -17,14 +17,15 @@ __metaclass__ = type
 import base64
 import os
 import re
-import stat
-import time
 import zlib
 
 try:
     from shlex import quote as sh_quote
 except ImportError:  # pragma: no cover  (Python 2 never reaches the host side)
     from pipes import quote as sh_quote
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 
 MARKER = 'Managed by gpufleet.nvidia'
 RUN_DIR = '/var/run/nvidia-persistenced'
@@ -33,13 +34,16 @@ SOCKET = RUN_DIR + '/socket'
 BUNDLED_PATH = '/usr/local/sbin/gpufleet-persistenced'
 DRIVER_PATH = '/usr/bin/nvidia-persistenced'
 STATE_FILE = '/var/lib/gpufleet/persistence.json'
+# Where a host without journald logs the daemon (Debian, Ubuntu; EL), and the word its lines hold.
+SYSLOG_FILES = ('/var/log/syslog', '/var/log/daemon.log', '/var/log/messages')
+LOG_FILTER = 'persistenced'
 
 _NAME_RE = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
 _SERVICE_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,100}$')
 _SAFE_ARG_RE = re.compile(r'^[A-Za-z0-9_./=:,+@-]+$')
 
 
-class ConfigError(Exception):
+class ConfigError(GpufleetError):
     """Bad input, named precisely."""
 
 
@@ -338,14 +342,14 @@ def bundled_script(source, python):
     return '#!%s\n%s' % (python, rest)
 
 
-def plan(current, desired):
-    """Decide what to do from facts about the host.
+def plan_present(current, desired):
+    """What state=present does, in order, from facts about the host.
 
     ``current``: dict with ``unit`` (text or None), ``binary`` (text or None),
     ``running`` (bool), ``enabled`` (bool), ``user_exists`` (bool),
     ``group_exists`` (bool), ``run_dir_ok`` (bool), ``state_dir_ok`` (bool).
-    ``desired``: dict with ``unit`` and ``binary`` texts, ``create_user``,
-    ``create_group`` (bools).
+    ``desired``: dict with ``unit`` and ``binary`` texts, ``binary_is_daemon``,
+    ``create_user``, ``create_group`` (bools).
     Returns an ordered list of action names.
     """
     actions = []
@@ -375,200 +379,47 @@ def plan(current, desired):
     return actions
 
 
-# What real Upstart's initctl says (exit 1) for a job already stopped or started:
-# 1.13 "Job has already been stopped" / "Unknown instance", 0.6.5 "Unknown instance";
-# both "Job is already running".
-UPSTART_ALREADY_STOPPED = ('Unknown instance', 'Job has already been stopped')
-UPSTART_ALREADY_STARTED = ('Job is already running',)
+def plan_absent(current, desired):
+    """What state=absent does, in order, from facts about the host.
 
-
-class ServiceControl(object):
-    """The init system's commands for one service. ``run(argv) -> (rc, out, err)``."""
-
-    def __init__(self, init_system, service, run, tools, root='/'):
-        self.init_system = init_system
-        self.service = service
-        self.run = run
-        self.tools = tools
-        self.script = '/etc/init.d/%s' % service
-
-    def _tool(self, name):
-        path = self.tools.get(name)
-        if not path:
-            raise ConfigError('%s is needed to manage %s on this %s host but was not found'
-                              % (name, self.service, self.init_system))
-        return path
-
-    def _check(self, argv, what):
-        rc, out, err = self.run(argv)
-        if rc != 0:
-            raise ServiceError('%s failed (%s, rc=%d): %s' % (what, ' '.join(argv), rc, (err or out).strip()))
-        return out
-
-    # ---- queries ----------------------------------------------------------
-    def is_enabled(self, rc_root='/etc'):
-        import glob
-        if self.init_system == 'systemd':
-            rc, out, err = self.run([self._tool('systemctl'), 'is-enabled', self.service])
-            return rc == 0 and out.strip() in ('enabled', 'enabled-runtime', 'alias', 'static', 'generated')
-        if self.init_system == 'sysvinit':
-            return bool(glob.glob('%s/rc[2345].d/S[0-9][0-9]%s' % (rc_root, self.service)))
-        return True  # Upstart: the job's "start on" stanza starts it at boot
-
-    def is_running(self):
-        if self.init_system == 'systemd':
-            rc, out, err = self.run([self._tool('systemctl'), 'is-active', self.service])
-            return rc == 0
-        if self.init_system == 'upstart':
-            # "start/running" alone, with no ", process N", is a job whose main process
-            # Upstart has lost (it ended while a post-start ran): not running.
-            return 'start/running, process ' in self._upstart_status()
-        return pid_alive(PID_FILE)
-
-    # ---- actions ----------------------------------------------------------
-    def reload_init(self):
-        if self.init_system == 'systemd':
-            self._check([self._tool('systemctl'), 'daemon-reload'], 'systemd daemon-reload')
-        elif self.init_system == 'upstart':
-            self._check([self._tool('initctl'), 'reload-configuration'], 'Upstart reload-configuration')
-
-    def enable(self):
-        if self.init_system == 'systemd':
-            self._check([self._tool('systemctl'), 'enable', self.service], 'enabling %s' % self.service)
-        elif self.init_system == 'sysvinit':
-            if self.tools.get('update-rc.d'):
-                # "defaults" keeps links a package left behind (K links of a disabled service): "enable" turns them on.
-                self._check([self.tools['update-rc.d'], self.service, 'defaults'], 'update-rc.d defaults')
-                self._check([self.tools['update-rc.d'], self.service, 'enable'], 'update-rc.d enable')
-            elif self.tools.get('chkconfig'):
-                self._check([self.tools['chkconfig'], '--add', self.service], 'chkconfig --add')
-                self._check([self.tools['chkconfig'], self.service, 'on'], 'chkconfig on')
-            elif self.tools.get('insserv'):
-                self._check([self.tools['insserv'], self.service], 'insserv')
-            else:
-                raise ConfigError('none of update-rc.d, chkconfig or insserv was found to enable %s at boot'
-                                  % self.service)
-
-    def disable(self):
-        if self.init_system == 'systemd':
-            self._check([self._tool('systemctl'), 'disable', self.service], 'disabling %s' % self.service)
-        elif self.init_system == 'sysvinit':
-            if self.tools.get('update-rc.d'):
-                self._check([self.tools['update-rc.d'], '-f', self.service, 'remove'], 'update-rc.d remove')
-            elif self.tools.get('chkconfig'):
-                self._check([self.tools['chkconfig'], '--del', self.service], 'chkconfig --del')
-            elif self.tools.get('insserv'):
-                self._check([self.tools['insserv'], '-r', self.service], 'insserv -r')
-
-    def _verb(self, verb):
-        if self.init_system == 'systemd':
-            return self._check([self._tool('systemctl'), verb, self.service], '%s %s' % (verb, self.service))
-        if self.init_system == 'upstart':
-            return self._check([self._tool('initctl'), verb, self.service], '%s %s' % (verb, self.service))
-        return self._check([self.script, verb], '%s %s' % (verb, self.service))
-
-    def start(self):
-        if self.init_system == 'upstart':
-            self._initctl('start', UPSTART_ALREADY_STARTED)
-            return
-        self._verb('start')
-
-    def stop(self, settle=15.0, sleep=time.sleep, clock=time.time):
-        if self.init_system == 'upstart':
-            self._initctl('stop', UPSTART_ALREADY_STOPPED)
-            # A job whose start failed can still be in stop/post-start while its
-            # post-start runs; a start issued then ends in "start/running" with no main
-            # process. Wait for stop/waiting.
-            give_up = clock() + settle
-            while 'stop/waiting' not in self._upstart_status() and clock() < give_up:
-                sleep(0.1)
-            return
-        self._verb('stop')
-
-    def _upstart_status(self):
-        rc, out, err = self.run([self._tool('initctl'), 'status', self.service])
-        return out if rc == 0 else ''
-
-    def _initctl(self, verb, already):
-        """``initctl VERB``; real Upstart exits 1 when the job is already where it was
-        asked to go, which is success here."""
-        rc, out, err = self.run([self._tool('initctl'), verb, self.service])
-        if rc != 0 and not any(text in (err + out) for text in already):
-            raise ServiceError('%s %s failed (rc=%d): %s' % (verb, self.service, rc, (err or out).strip()))
-
-    def restart(self):
-        if self.init_system == 'upstart':
-            # "initctl restart" keeps the old job definition: stop and start to load the new one.
-            self.stop()
-            self.start()
-        else:
-            self._verb('restart')
-
-    def logs(self, lines=30):
-        """Recent log lines of the daemon, for error messages."""
-        if self.init_system == 'systemd' and self.tools.get('journalctl'):
-            rc, out, err = self.run([self.tools['journalctl'], '-u', self.service, '-n', str(lines), '--no-pager'])
-            return out.strip()
-        for path in ('/var/log/syslog', '/var/log/daemon.log', '/var/log/messages'):
-            try:
-                with open(path, 'rb') as handle:
-                    handle.seek(0, 2)
-                    handle.seek(max(0, handle.tell() - 65536))
-                    text = handle.read().decode('utf-8', 'replace')
-            except (IOError, OSError):
-                continue
-            hits = [line for line in text.splitlines() if 'persistenced' in line]
-            return '\n'.join(hits[-lines:])
-        return ''
-
-
-class ServiceError(Exception):
-    """An init-system command failed."""
-
-
-def read_pid_file(pid_file):
-    """The number in a pid file, read without following a link or blocking on a FIFO, else None.
-
-    The pid file lives in the run directory, which the service user owns; root reads it.
+    ``current``: dict with ``init_system``, ``unit`` (text or None), ``running``,
+    ``enabled``, ``run_dir_exists``, ``binary_exists``, ``user_exists``,
+    ``group_exists`` and ``state_dir_owned`` (the state directory belongs to
+    the user) (bools).
+    ``desired``: dict with ``remove_user`` (bool), ``user`` and ``group`` (names).
+    Returns an ordered list of action names.
     """
-    try:
-        fd = os.open(pid_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        text = os.read(fd, 64).decode('ascii', 'replace').strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    actions = []
+    ours = is_ours(current['unit'])
+    # a daemon that another service definition runs is not ours to stop
+    if current['running'] and (ours or current['unit'] is None):
+        actions.append('stop')
+    if ours:
+        if current['enabled']:
+            actions.append('disable')
+        actions += ['remove_unit', 'reload_init']
+    if current['init_system'] == 'upstart' and current['run_dir_exists']:
+        # The Upstart job has no post-stop (see render_upstart), so the run directory outlives the daemon there.
+        actions.append('remove_run_dir')
+    if current['binary_exists']:
+        actions.append('remove_binary')
+    if desired['remove_user'] and desired['user'] != 'root':
+        if current['user_exists']:
+            if current['state_dir_owned']:
+                actions.append('reclaim_state_dir')  # never leave it to a uid that is about to be free
+            actions.append('remove_user')
+        if current['group_exists'] and desired['group'] != 'root':
+            actions.append('remove_group')
+    return actions
 
 
 def pid_alive(pid_file):
     """The pid in ``pid_file`` when that process runs a persistence daemon, else None."""
-    pid = read_pid_file(pid_file)
+    pid = _host.read_pid_file(pid_file)
     if pid is None:
         return None
-    try:
-        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
-            cmdline = handle.read()
-    except (IOError, OSError):
-        return None
     # The program (or, for the bundled daemon, the script run by python) names a persistence daemon.
-    return pid if any(b'persistenced' in os.path.basename(arg) for arg in cmdline.split(b'\0')[:2]) else None
-
-
-def process_uid(pid):
-    try:
-        with open('/proc/%d/status' % pid) as handle:
-            for line in handle:
-                if line.startswith('Uid:'):
-                    return int(line.split()[1])
-    except (IOError, OSError, ValueError, IndexError):
-        return None
-    return None
+    return pid if any('persistenced' in os.path.basename(arg) for arg in _host.process_argv(pid)[:2]) else None
 
 
 # Accounts many services share: a daemon running as one of them shares its run and state directories

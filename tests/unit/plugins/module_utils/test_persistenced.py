@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Service rendering, input validation and the converge plan of the persistenced module."""
+"""Service rendering, input validation and the daemon checks of persistenced (its plans: test_persistenced_plan.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -9,11 +9,14 @@ __metaclass__ = type
 import base64
 import os
 import shutil
-import zlib
 import subprocess
+import sys
+import time
+import zlib
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
 
 
@@ -122,50 +125,6 @@ def test_upstart_job_stanzas():
                for line in lines)
 
 
-def test_upstart_start_and_stop_accept_already_there():
-    """Real initctl exits 1 for a job already stopped or already running."""
-    answers = {'stop': (1, '', 'initctl: Job has already been stopped: nvidia-persistenced\n'),
-               'start': (1, '', 'initctl: Job is already running: nvidia-persistenced\n'),
-               'status': (0, 'nvidia-persistenced stop/waiting\n', '')}
-    calls = []
-
-    def run(argv):
-        calls.append(argv[1])
-        return answers[argv[1]]
-    control = pd.ServiceControl('upstart', 'nvidia-persistenced', run, {'initctl': '/sbin/initctl'})
-    control.stop()
-    control.start()
-    assert calls == ['stop', 'status', 'start']
-    answers['start'] = (1, '', 'initctl: Job failed to start\n')
-    with pytest.raises(pd.ServiceError, match='Job failed to start'):
-        control.start()
-
-
-def test_upstart_stop_waits_until_a_lingering_post_start_is_done():
-    """After a failed start, real Upstart stays in stop/post-start while the post-start
-    process runs; a start issued then leaves "start/running" with no main process."""
-    statuses = ['nvidia-persistenced stop/post-start, (post-start) process 462\n'] * 3 + \
-        ['nvidia-persistenced stop/waiting\n']
-    slept = []
-
-    def run(argv):
-        if argv[1] == 'status':
-            return 0, statuses.pop(0), ''
-        return 1, '', 'initctl: Job has already been stopped: nvidia-persistenced\n'
-    control = pd.ServiceControl('upstart', 'nvidia-persistenced', run, {'initctl': '/sbin/initctl'})
-    control.stop(sleep=slept.append)
-    assert statuses == [] and len(slept) == 3
-
-
-def test_upstart_running_needs_a_main_process():
-    def status(text):
-        return pd.ServiceControl('upstart', 'nvidia-persistenced', lambda argv: (0, text, ''),
-                                 {'initctl': '/sbin/initctl'})
-    assert status('nvidia-persistenced start/running, process 394\n').is_running()
-    assert not status('nvidia-persistenced start/running\n').is_running()  # main process lost
-    assert not status('nvidia-persistenced stop/waiting\n').is_running()
-
-
 def test_bundled_script_gets_the_hosts_python():
     source = '#!/usr/bin/env python\nprint(1)\n'
     assert pd.bundled_script(source, '/usr/bin/python3') == '#!/usr/bin/python3\nprint(1)\n'
@@ -177,42 +136,6 @@ def test_bundled_script_gets_the_hosts_python():
         pd.bundled_script('print(1)\n', '/usr/bin/python3')
 
 
-def facts(**overrides):
-    base = dict(unit='U', binary='B', running=True, enabled=True, user_exists=True, group_exists=True,
-                state_dir_ok=True, run_dir_ok=True)
-    base.update(overrides)
-    return base
-
-
-DESIRED = dict(unit='U', binary='B', binary_is_daemon=False, create_user=True, create_group=True)
-
-
-@pytest.mark.parametrize('current,actions', [
-    (facts(), []),
-    (facts(running=False), ['start']),
-    (facts(unit=None, binary=None, running=False, enabled=False, user_exists=False, group_exists=False,
-           state_dir_ok=False),
-     ['create_group', 'create_user', 'state_dir', 'install_binary', 'write_unit', 'reload_init', 'enable', 'start']),
-    (facts(unit='# Managed by gpufleet.nvidia\nold'), ['write_unit', 'reload_init', 'restart']),
-    (facts(unit='#!/bin/sh\n# NVIDIA sample script\n'), ['backup_unit', 'write_unit', 'reload_init', 'restart']),
-    (facts(binary='old'), ['install_binary']),  # NVIDIA's daemon runs: the helper changed, no restart
-    (facts(enabled=False), ['enable']),
-    (facts(run_dir_ok=False), ['restart']),
-])
-def test_plan(current, actions):
-    assert pd.plan(current, DESIRED) == actions
-
-
-def test_plan_restarts_a_running_bundled_daemon_whose_program_changed():
-    desired = dict(DESIRED, binary_is_daemon=True)
-    assert pd.plan(facts(binary='old'), desired) == ['install_binary', 'restart']
-
-
-def test_plan_for_root_creates_no_account():
-    desired = dict(DESIRED, create_user=False, create_group=False)
-    assert pd.plan(facts(user_exists=False, group_exists=False), desired) == []
-
-
 def test_pid_alive_checks_the_process_is_a_persistence_daemon(tmp_path):
     pid_file = tmp_path / 'pid'
     pid_file.write_text('%d\n' % os.getpid())
@@ -220,6 +143,23 @@ def test_pid_alive_checks_the_process_is_a_persistence_daemon(tmp_path):
     pid_file.write_text('not a pid\n')
     assert pd.pid_alive(str(pid_file)) is None
     assert pd.pid_alive(str(tmp_path / 'missing')) is None
+
+
+def test_pid_alive_knows_nvidias_daemon_and_the_bundled_one(tmp_path):
+    pid_file = tmp_path / 'pid'
+    bundled = tmp_path / 'gpufleet-persistenced'
+    bundled.write_text('import time\ntime.sleep(60)\n')
+    for argv in (['bash', '-c', 'exec -a /usr/bin/nvidia-persistenced sleep 60'], [sys.executable, str(bundled)]):
+        daemon = subprocess.Popen(argv)
+        try:
+            pid_file.write_text('%d\n' % daemon.pid)
+            deadline = time.time() + 10
+            while pd.pid_alive(str(pid_file)) is None and time.time() < deadline:
+                time.sleep(0.02)  # until bash has exec'd
+            assert pd.pid_alive(str(pid_file)) == daemon.pid
+        finally:
+            daemon.kill()
+            daemon.wait()
 
 
 # --------------------------------------------------------------------------
@@ -290,10 +230,10 @@ def test_pid_file_is_read_without_following_a_link_or_blocking(tmp_path):
     target.write_text('%d\n' % os.getpid())
     link = tmp_path / 'link'
     link.symlink_to(target)
-    assert pd.read_pid_file(str(target)) == os.getpid()
-    assert pd.read_pid_file(str(link)) is None
+    assert _host.read_pid_file(str(target)) == os.getpid()
+    assert _host.read_pid_file(str(link)) is None
     fifo = str(tmp_path / 'fifo')
     os.mkfifo(fifo)
-    assert pd.read_pid_file(fifo) is None  # returns at once
+    assert _host.read_pid_file(fifo) is None  # returns at once
     (tmp_path / 'junk').write_text('12; rm -rf /\n')
-    assert pd.read_pid_file(str(tmp_path / 'junk')) is None
+    assert _host.read_pid_file(str(tmp_path / 'junk')) is None

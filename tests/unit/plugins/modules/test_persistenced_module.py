@@ -16,6 +16,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
 from ansible_collections.gpufleet.nvidia.plugins.modules import persistenced
 
 SOURCE = '#!/usr/bin/env python\nprint("daemon")\n'
@@ -29,14 +30,14 @@ def run_module(capsys, args):
 
 
 def test_no_init_system_recognised(capsys, monkeypatch):
-    real_detect = persistenced._init_system.detect
+    real_detect = _init_system.detect
 
     def container(root, run_command):
         found = real_detect(root, run_command)
         found.update(init_system='unknown', reason='PID 1 is tini, a container entrypoint, not an init system')
         return found
 
-    monkeypatch.setattr(persistenced._init_system, 'detect', container)
+    monkeypatch.setattr(_init_system, 'detect', container)
     rc, result = run_module(capsys, {'bundled_source': SOURCE})
     assert rc == 1
     assert 'no init system recognised' in result['msg'] and 'set init_system' in result['msg']
@@ -103,3 +104,21 @@ def test_a_state_file_outside_a_dedicated_directory_fails_first(capsys, state_fi
                                      'group': 'nogroup', 'state_file': state_file, '_ansible_check_mode': True})
     assert rc == 1 and words in result['msg'] and 'nothing was changed' in result['msg'], result
     assert result['actions'] == []
+
+
+def test_a_missing_init_tool_fails_naming_it(capsys, tmp_path, monkeypatch):
+    """An Upstart host whose initctl is gone: a clear failure, not a traceback. Check mode, root: nothing changes."""
+    real_detect = _init_system.detect
+
+    def without_initctl(root, run_command):
+        found = real_detect(root, run_command)
+        found['evidence']['tools'].pop('initctl', None)
+        return found
+
+    monkeypatch.setattr(_init_system, 'detect', without_initctl)
+    rc, result = run_module(capsys, {'bundled_source': SOURCE, 'init_system': 'upstart', 'user': 'root',
+                                     'state_file': str(tmp_path / 'gf' / 'persistence.json'),
+                                     '_ansible_check_mode': True})
+    assert rc == 1
+    assert 'initctl is needed to manage nvidia-persistenced on this upstart host but was not found' in result['msg']
+    assert os.uname()[1] in result['msg'] and not (tmp_path / 'gf').exists()
