@@ -625,11 +625,3 @@ def which(name, extra_dirs=TOOL_DIRS):
         if directory and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
-
-
-def rename_into_place(module, src, dest):
-    """Transitional: label ``src`` like ``dest``, then rename it over ``dest`` (callers move to write_atomic's label)."""
-    label = selinux_labeller(module)
-    if label is not None:
-        label(src, dest)
-    os.rename(src, dest)
