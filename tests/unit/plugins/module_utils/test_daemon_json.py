@@ -352,8 +352,8 @@ def test_directory_is_not_a_file(tmp_path):
 
 def test_flags_to_keys():
     flags = dockerd.flags_to_keys(['-H', 'fd://', '--containerd=/run/containerd/containerd.sock', '--add-runtime',
-                              'nvidia=/usr/bin/nvidia-container-runtime', '--default-runtime=nvidia', '-D',
-                              '--config-file', '/etc/docker/daemon.json', '--log-opt', 'max-size=1m'])
+                                   'nvidia=/usr/bin/nvidia-container-runtime', '--default-runtime=nvidia', '-D',
+                                   '--config-file', '/etc/docker/daemon.json', '--log-opt', 'max-size=1m'])
     assert flags['hosts'] == '-H fd://'
     assert flags['runtimes'].startswith('--add-runtime')
     assert flags['default-runtime'] == '--default-runtime=nvidia'

@@ -11,7 +11,6 @@ import signal
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service

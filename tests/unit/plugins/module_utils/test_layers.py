@@ -1,0 +1,113 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The module_utils import graph has layers and no cycle (docs/architecture.md).
+
+Read from the source files with ``ast`` (nothing is imported), so a new
+import that breaks a layer fails here, naming the file and the import.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+UTILS = os.path.join(ROOT, 'plugins', 'module_utils')
+MODULES = os.path.join(ROOT, 'plugins', 'modules')
+PREFIX = 'ansible_collections.gpufleet.nvidia.plugins.module_utils'
+
+# What each bottom-layer file may import of ours: nothing but the shared error types.
+BOTTOM = {
+    '_errors': set(),
+    '_json_splice': {'_errors'},
+    '_host': {'_errors'},
+}
+
+
+def ours(path):
+    """The module_utils names a source file imports."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == PREFIX:
+                found.update(alias.name for alias in node.names)
+            elif node.module.startswith(PREFIX + '.'):
+                found.add(node.module[len(PREFIX) + 1:].split('.')[0])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(PREFIX + '.'):
+                    found.add(alias.name[len(PREFIX) + 1:].split('.')[0])
+    return found
+
+
+def graph():
+    names = sorted(name[:-3] for name in os.listdir(UTILS) if name.endswith('.py') and name != '__init__.py')
+    return dict((name, ours(os.path.join(UTILS, name + '.py'))) for name in names)
+
+
+@pytest.mark.parametrize('name', sorted(BOTTOM))
+def test_bottom_layer_imports_nothing_of_ours_but_errors(name):
+    imported = graph()[name]
+    assert imported <= BOTTOM[name], '%s.py imports %s: the bottom layer may import only %s' % (
+        name, sorted(imported - BOTTOM[name]), sorted(BOTTOM[name]) or 'nothing of ours')
+
+
+def test_every_import_names_an_existing_module_utils_file():
+    edges = graph()
+    for name, imported in edges.items():
+        assert imported <= set(edges), '%s.py imports %s, which is not in module_utils' % (
+            name, sorted(imported - set(edges)))
+
+
+def find_cycle(edges):
+    """One import cycle as a list of names (first == last), or None."""
+    done, path = set(), []
+
+    def visit(name):
+        if name in path:
+            return path[path.index(name):] + [name]
+        if name in done:
+            return None
+        path.append(name)
+        for child in sorted(edges.get(name, ())):
+            found = visit(child)
+            if found:
+                return found
+        path.pop()
+        done.add(name)
+        return None
+
+    for name in sorted(edges):
+        found = visit(name)
+        if found:
+            return found
+    return None
+
+
+def test_module_utils_have_no_import_cycle():
+    cycle = find_cycle(graph())
+    assert cycle is None, 'import cycle: %s' % ' -> '.join(cycle)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    # The check above is only worth something if it can fail: a planted three-file cycle is found.
+    assert find_cycle({'_a': {'_b'}, '_b': {'_c'}, '_c': {'_a'}, '_d': set()}) == ['_a', '_b', '_c', '_a']
+    assert find_cycle({'_a': {'_b'}, '_b': set()}) is None
+
+
+def test_modules_hold_no_host_logic():
+    # Modules stay thin: the work is in module_utils, where pytest drives it directly.
+    for name in sorted(os.listdir(MODULES)):
+        if not name.endswith('.py') or name == '__init__.py':
+            continue
+        with open(os.path.join(MODULES, name)) as handle:
+            tree = ast.parse(handle.read())
+        classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+        assert not classes, '%s defines %s: host logic belongs in module_utils' % (name, classes)
