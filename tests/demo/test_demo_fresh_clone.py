@@ -96,6 +96,9 @@ def assert_converged(rc, out):
     summary = out.split("== per-host summary ==", 1)[1]
     hosts = re.findall(r"^(h\d+)\s", summary, re.M)
     assert len(hosts) == 4, summary
+    # Each host ran a container through the registered nvidia runtime (the lab's stand-in).
+    verified = re.findall(r"^h\d+\s.*\bnvidia_run=ok\b", summary, re.M)
+    assert len(verified) == 4, summary
 
 
 def test_first_command_on_a_fresh_clone(clone):

@@ -37,15 +37,27 @@ def templar(**variables):
 
 
 def registered(role):
+    """Every name a role's tasks register, blocks included."""
     names = []
+
+    def walk(items):
+        for task in items or []:
+            if 'register' in task:
+                names.append(task['register'])
+            for key in ('block', 'rescue', 'always'):
+                walk(task.get(key))
+
     for name in os.listdir(os.path.join(ROOT, 'roles', role, 'tasks')):
-        names.extend(task['register'] for task in tasks(role, name) if 'register' in task)
+        walk(tasks(role, name))
     return names
 
 
 @pytest.mark.parametrize('role', INNER)
 def test_each_role_registers_its_public_result_and_documents_it(role):
-    assert registered(role) == ['%s_result' % role]
+    # The public result once; anything else a role registers for itself is internal (__<role>_*).
+    names = registered(role)
+    assert names.count('%s_result' % role) == 1
+    assert [name for name in names if name != '%s_result' % role and not name.startswith('__%s_' % role)] == []
     spec = yaml.safe_load(read('roles', role, 'meta', 'argument_specs.yml'))['argument_specs']['main']
     assert "Registers the module's result as C(%s_result)." % role in spec['description']
     assert '`%s_result`' % role in read('roles', role, 'README.md')
@@ -97,3 +109,154 @@ def test_site_playbook_reads_only_public_results():
     site = read('playbooks', 'site.yml')
     assert set(re.findall(r'\b\w+_result\b', site)) == {'gpu_node_result'}
     assert not re.search(r'__(%s|gpu_node)_' % '|'.join(INNER), site)
+
+
+
+def test_site_summary_shows_whether_a_container_ran_through_the_runtime():
+    summary = yaml.safe_load(read('playbooks', 'site.yml'))[0]['post_tasks'][0]
+
+    def render(node):
+        variables = dict((key, trust_as_template(value)) for key, value in summary['vars'].items())
+        return templar(gpu_node_result=node, **variables).template(
+            trust_as_template(summary['ansible.builtin.debug']['msg'])).split()
+
+    runtime = {'action': 'none', 'runtimes': {'nvidia': {}, 'runc': {}},
+               'verification': {'verified': True, 'status': 'ok'}}
+    assert 'nvidia_run=ok' in render({'persistenced': None, 'gpu_persistence': None, 'container_runtime': runtime})
+    skipped = dict(runtime, verification={'verified': None, 'status': 'no_image'})
+    assert 'nvidia_run=no_image' in render({'persistenced': None, 'gpu_persistence': None, 'container_runtime': skipped})
+    assert 'nvidia_run=n/a' in render({'persistenced': None, 'gpu_persistence': None, 'container_runtime': None})
+
+
+# container_runtime's verification: decided in roles/container_runtime/vars/main.yml from
+# the module's result and the docker CLI's answers, published as container_runtime_result.verification.
+
+def trusted(value):
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return dict((key, trusted(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return [trusted(item) for item in value]
+    return value
+
+
+REGISTERED = {'changed': True, 'action': 'reload', 'runtimes': {'nvidia': {'path': 'nvidia-container-runtime'},
+                                                                 'runc': {'path': 'runc'}},
+              'default_runtime': 'runc', 'dockerd_pid_before': 41, 'dockerd_pid_after': 41}
+IMAGES = {'rc': 0, 'stdout_lines': ['<none>:<none>', 'gpufleet/busybox:lab', 'cuda:12'], 'stderr': ''}
+THROUGH_NVIDIA = ('docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all '
+                  '--entrypoint true gpufleet/busybox:lab')
+PLAIN = 'docker run --rm --network none --entrypoint true gpufleet/busybox:lab'
+
+
+def runtime_vars(**variables):
+    merged = yaml.safe_load(read('roles', 'container_runtime', 'defaults', 'main.yml'))
+    merged.update(trusted(yaml.safe_load(read('roles', 'container_runtime', 'vars', 'main.yml'))))
+    merged.update(ansible_check_mode=False, container_runtime_result=REGISTERED)
+    merged.update(variables)
+    return templar(**merged)
+
+
+def evaluate(name, **variables):
+    return runtime_vars(**variables).template(trust_as_template('{{ %s }}' % name))
+
+
+def ran(*codes, result=REGISTERED, stderr=''):
+    """The registered loop of docker runs, each ending with its code."""
+    runs = evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES, container_runtime_result=result)
+    assert len(runs) == len(codes)
+    return {'results': [dict(item=argv, rc=code, stderr=stderr) for argv, code in zip(runs, codes)]}
+
+
+def test_verification_runs_a_container_through_the_runtime_with_the_first_tagged_local_image():
+    assert evaluate('__container_runtime_image_lookup') == ['docker', 'image', 'ls', '--format',
+                                                            '{{.Repository}}:{{.Tag}}']
+    runs = evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES)
+    assert [' '.join(argv) for argv in runs] == [THROUGH_NVIDIA]
+    result = evaluate('__container_runtime_verification', __container_runtime_images=IMAGES,
+                      __container_runtime_runs=ran(0))
+    assert result == {'verified': True, 'status': 'ok', 'image': 'gpufleet/busybox:lab', 'commands': [THROUGH_NVIDIA],
+                      'msg': 'ran "%s": dockerd runs containers through the "nvidia" runtime' % THROUGH_NVIDIA}
+
+
+def test_verification_also_runs_a_plain_container_when_the_runtime_is_dockerds_default():
+    default = dict(REGISTERED, default_runtime='nvidia')
+    result = evaluate('__container_runtime_verification', container_runtime_result=default,
+                      __container_runtime_images=IMAGES, __container_runtime_runs=ran(0, 0, result=default))
+    assert result['verified'] is True
+    assert result['commands'] == [THROUGH_NVIDIA, PLAIN]
+
+
+def test_a_container_that_does_not_run_fails_with_the_command_and_dockers_words():
+    stderr = 'docker: Error response from daemon: exec: "nvidia-container-runtime": executable file not found.\n'
+    result = evaluate('__container_runtime_verification', __container_runtime_images=IMAGES,
+                      __container_runtime_runs=ran(127, stderr=stderr))
+    assert result['verified'] is False and result['status'] == 'failed'
+    assert result['msg'].startswith('"%s" failed (rc 127): %s. ' % (THROUGH_NVIDIA, stderr.strip().rstrip('.')))
+    assert 'NVIDIA Container Toolkit' in result['msg'] and 'container_runtime_verify' in result['msg']
+    # A second run that failed after a first that worked fails too.
+    default = dict(REGISTERED, default_runtime='nvidia')
+    result = evaluate('__container_runtime_verification', container_runtime_result=default,
+                      __container_runtime_images=IMAGES, __container_runtime_runs=ran(0, 1, result=default))
+    assert result['verified'] is False and result['msg'].startswith('"%s" failed (rc 1)' % PLAIN)
+
+
+def test_no_local_image_runs_nothing_and_says_which_image_to_load_or_name():
+    none = evaluate('__container_runtime_verification', __container_runtime_images=dict(IMAGES, stdout_lines=[]),
+                    __container_runtime_runs={'results': [], 'skipped': True})
+    assert none['verified'] is None and none['status'] == 'no_image' and none['commands'] == []
+    assert 'never pulls' in none['msg'] and 'container_runtime_verify_image' in none['msg']
+    assert evaluate('__container_runtime_verify_runs', __container_runtime_images={'rc': 0, 'stdout_lines': ['<none>:<none>']}) == []
+    # A named image is looked up by itself; when it is missing, the message names it.
+    named = dict(container_runtime_verify_image='nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04')
+    assert evaluate('__container_runtime_image_lookup', **named) == [
+        'docker', 'image', 'inspect', '--format', '{{.Id}}', 'nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04']
+    missing = {'rc': 1, 'stdout_lines': [], 'stderr': 'Error: No such image: nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04'}
+    result = evaluate('__container_runtime_verification', __container_runtime_images=missing, **named)
+    assert result['status'] == 'no_image' and result['image'] is None
+    assert result['msg'].startswith('image "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04" is not present locally')
+    found = evaluate('__container_runtime_verify_runs', __container_runtime_images={'rc': 0, 'stdout_lines': ['sha256:1']},
+                     **named)
+    assert [argv[-1] for argv in found] == ['nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04']
+
+
+@pytest.mark.parametrize('variables, status', [
+    ({'container_runtime_verify': False}, 'off'),
+    ({'ansible_check_mode': True}, 'check_mode'),
+    ({'container_runtime_state': 'absent'}, 'absent'),
+    ({'container_runtime_result': dict(REGISTERED, action='deferred', runtimes={}, dockerd_pid_after=None)},
+     'not_loaded'),
+])
+def test_nothing_is_run_where_there_is_nothing_to_verify(variables, status):
+    assert evaluate('__container_runtime_verify_skip', **variables) == status
+    # Even with an image at hand (from an earlier run of the role on the host).
+    result = evaluate('__container_runtime_verification', __container_runtime_images=IMAGES, **variables)
+    assert result['verified'] is None and result['status'] == status and result['commands'] == []
+    assert evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES, **variables) == []
+    lookup = tasks('container_runtime')[1]
+    assert runtime_vars(**variables).evaluate_conditional(trust_as_template(lookup['when'])) is False
+
+
+def test_verification_tasks_change_nothing_and_fail_only_on_a_failed_run():
+    role_tasks = tasks('container_runtime')
+    module = role_tasks[0]['gpufleet.nvidia.docker_runtime']
+    assert module['apply_timeout'] == '{{ container_runtime_timeout }}' and 'timeout' not in module
+    for task in role_tasks[1:3]:
+        assert task['changed_when'] is False and task['failed_when'] is False
+        assert task['environment'] == {'DOCKER_HOST': '{{ container_runtime_docker_host }}'}
+    published = role_tasks[3]['ansible.builtin.set_fact']['container_runtime_result']
+    assert '__container_runtime_verification' in published
+    conditions = dict((task['name'], task['when']) for task in role_tasks[4:])
+    outcome = {'verification': {'status': 'failed', 'msg': 'x'}}
+    fail = [name for name, when in conditions.items()
+            if templar(container_runtime_result=outcome).evaluate_conditional(trust_as_template(when))]
+    assert fail == ['Fail when the runtime cannot run a container']
+    outcome['verification']['status'] = 'no_image'
+    said = [name for name, when in conditions.items()
+            if templar(container_runtime_result=outcome).evaluate_conditional(trust_as_template(when))]
+    assert said == ['Say why no container was run']
+    for status in ('ok', 'off', 'check_mode', 'absent', 'not_loaded'):
+        outcome['verification']['status'] = status
+        assert not any(templar(container_runtime_result=outcome).evaluate_conditional(trust_as_template(when))
+                       for when in conditions.values())

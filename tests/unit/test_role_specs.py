@@ -38,3 +38,14 @@ def test_every_inner_option_is_validated_by_gpu_node():
     assert [i['name'] for i in imports] == ['gpufleet.nvidia.%s' % role for role in
                                             ('persistenced', 'gpu_persistence', 'container_runtime')]
     assert [i.get('rolespec_validate') for i in imports] == [False, False, False]
+
+
+def test_each_role_defaults_every_option_its_spec_documents():
+    for role in ('persistenced', 'gpu_persistence', 'container_runtime', 'gpu_node'):
+        with open(os.path.join(ROOT, 'roles', role, 'defaults', 'main.yml')) as handle:
+            defaults = yaml.safe_load(handle)
+        options = load(role)['options']
+        own = options if role != 'gpu_node' else dict((k, v) for k, v in options.items() if k.startswith('gpu_node_'))
+        assert sorted(defaults) == sorted(own), role
+        for name, value in defaults.items():
+            assert options[name].get('default') == value, '%s: %s' % (role, name)
