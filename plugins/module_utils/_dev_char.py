@@ -361,8 +361,8 @@ def links_ready(plan, entries, now):
     """
     if plan.conflicts:
         return None
-    times = [now for _ in plan.create]
-    times += [entries[link].mtime for link, _ in plan.keep if link in entries]
+    times = [now] if plan.create else []
+    times += [entries[link].mtime for link, _target in plan.keep if link in entries]
     return max(times) if times else None
 
 
@@ -543,8 +543,8 @@ def uses_nvidia(container, dev_root=DEV_ROOT):
             return True
     for request in host_config.get('DeviceRequests') or []:
         request = request or {}
-        if request.get('Driver') == 'nvidia' or any('gpu' in (caps or []) for caps in request.get('Capabilities')
-                                                     or []):
+        capabilities = request.get('Capabilities') or []
+        if request.get('Driver') == 'nvidia' or any('gpu' in (caps or []) for caps in capabilities):
             return True
     if host_config.get('Runtime') == 'nvidia':
         return True

@@ -14,20 +14,21 @@ version_added: 0.1.0
 description:
   - With dockerd's (or containerd's) systemd cgroup driver, C(systemctl daemon-reload) re-applies the device rules of
     every container scope. runc hands a device to systemd only when C(/dev/char/MAJOR:MINOR) exists, and the NVIDIA
-    driver makes no such entry, so at the next reload running containers lose their GPUs ("Failed to initialize NVML:
-    Unknown Error"; their device files give EPERM). Any package or service that writes a unit, this collection's
+    driver makes no such entry, so at the next reload running containers lose their GPUs (NVML fails with "Unknown
+    Error" and their device files give EPERM). Any package or service that writes a unit, this collection's
     M(gpufleet.nvidia.persistenced) included, reloads systemd.
   - This module creates the link C(/dev/char/MAJOR:MINOR -> ../NODE) for every NVIDIA character device node
     (C(nvidia0) to C(nvidiaN), C(nvidiactl), C(nvidia-uvm), C(nvidia-uvm-tools), C(nvidia-modeset),
     C(nvidia-caps/nvidia-capN)), the fix NVIDIA ships as C(nvidia-ctk system create-dev-char-symlinks).
   - An entry that is there already is never replaced. One that is not a link to the same node (another device, a
     regular file) is left as it is and reported in RV(conflicts) with a warning.
-  - With O(boot), the links come back at every boot and driver load: a small script (C(/usr/local/sbin/gpufleet-dev-char-links)),
-    a udev rule that runs it when the driver binds and its modules load
-    (C(/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules)), and a boot unit ordered before the container engines
-    (C(docker), C(containerd), C(crio)): a systemd oneshot service, a SysV script (C(X-Start-Before)), or an Upstart
-    task started on the engines' C(starting) events. The links are made before the boot unit is written, so the
-    C(daemon-reload) that installing it causes on systemd cannot cut off a container started after this run.
+  - With O(boot), the links come back at every boot and driver load. A small script
+    (C(/usr/local/sbin/gpufleet-dev-char-links)) makes them; a udev rule runs it when the driver binds and its modules
+    load (C(/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules)), and a boot unit ordered before the container engines
+    (C(docker), C(containerd), C(crio)) runs it at boot. That unit is a systemd oneshot service, a SysV script
+    (C(X-Start-Before)) or an Upstart task started on the engines' C(starting) events. The links are made before the
+    boot unit is written, so the C(daemon-reload) that installing it causes on systemd cannot cut off a container
+    started after this run.
   - A container started before the links existed keeps the flaw until it is restarted. The module reports each
     running GPU container (NVIDIA devices, C(--gpus), the C(nvidia) runtime or C(NVIDIA_VISIBLE_DEVICES)) that dockerd
     started before then, when dockerd uses the systemd cgroup driver, with a warning; it never touches a container.

@@ -164,8 +164,13 @@ def test_boot_pieces_are_written_after_the_links_and_enabled(tmp_path, systemd_h
         order.append('link')
         return real_create(self, link, target)
 
-    module.run_command = (lambda run: lambda argv, environ_update=None: (order.append(argv[1]), run(argv))[1])(
-        module.run_command)
+    recorded = module.run_command
+
+    def run_command(argv, environ_update=None):
+        order.append(argv[1])
+        return recorded(argv)
+
+    module.run_command = run_command
     dc.CharDir.create = create
     try:
         result = runner(module, root).converge()
