@@ -66,7 +66,8 @@ def test_each_role_registers_its_public_result_and_documents_it(role):
 def test_gpu_node_sets_its_public_result_and_documents_it():
     published = tasks('gpu_node')[-1]
     assert published['tags'] == ['always']
-    assert sorted(published['ansible.builtin.set_fact']['gpu_node_result']) == sorted(INNER)
+    # The three inner roles' results, and the device_links module's (registered internally by gpu_node).
+    assert sorted(published['ansible.builtin.set_fact']['gpu_node_result']) == sorted(INNER + ('device_links',))
     assert '`gpu_node_result`' in read('roles', 'gpu_node', 'README.md')
 
 
@@ -79,12 +80,15 @@ def test_gpu_node_result_holds_each_concern_or_null():
     persistenced = {'changed': False, 'actions': [], 'init_system': 'systemd', 'pid': 42}
     runtime = {'changed': True, 'action': 'reload', 'runtimes': {'nvidia': {}}}
     skipped = {'changed': False, 'skipped': True, 'skip_reason': 'Conditional result was False'}
+    links = {'changed': True, 'created': ['195:0', '195:255'], 'exposed_containers': []}
     assert node_result(persistenced_result=persistenced, gpu_persistence_result=skipped,
-                       container_runtime_result=runtime) == {
-        'persistenced': persistenced, 'gpu_persistence': None, 'container_runtime': runtime}
-    # --tags persistenced: the other roles' tasks never ran, so their results are undefined.
+                       container_runtime_result=runtime, __gpu_node_device_links=links) == {
+        'device_links': links, 'persistenced': persistenced, 'gpu_persistence': None, 'container_runtime': runtime}
+    # --tags persistenced: the other tasks never ran, so their results are undefined.
     assert node_result(persistenced_result=persistenced) == {
-        'persistenced': persistenced, 'gpu_persistence': None, 'container_runtime': None}
+        'device_links': None, 'persistenced': persistenced, 'gpu_persistence': None, 'container_runtime': None}
+    # gpu_node_device_links: false skips the module.
+    assert node_result(__gpu_node_device_links=skipped)['device_links'] is None
 
 
 def no_nvml_retry(**variables):
