@@ -595,6 +595,61 @@ def pids_named(name):
     return [int(entry) for entry in entries if entry.isdigit() and process_name(int(entry)) == name]
 
 
+def _proc_text(proc, pid, name, limit=4096):
+    """``/proc/PID/NAME`` as text, undecodable bytes replaced (a process names itself); '' when gone."""
+    try:
+        with open('%s/%d/%s' % (proc, pid, name), 'rb') as handle:
+            return handle.read(limit).decode('utf-8', 'replace')
+    except (IOError, OSError):
+        return ''
+
+
+def _printable(text):
+    return ''.join(ch if ch.isprintable() else '?' for ch in text)
+
+
+def open_file_holders(prefixes, proc='/proc'):
+    """The processes that hold open a file whose path starts with one of ``prefixes``.
+
+    Returns ``[{'pid', 'name', 'uid', 'paths'}]`` ordered by pid. Each ``/proc/PID/fd/N``
+    entry is only read with ``readlink``: its text is the name the process opened, which
+    is compared, never followed, opened or stat'ed (a process may hold a FIFO, a device,
+    anything; opening it as root could block or act on it). The text, and the process's
+    name, are the process's own choice within what it could open, so they are reported
+    (non-printable characters as "?"), never acted on. Seeing other users' processes needs
+    root; a process that ends or hides its descriptors while this runs is skipped.
+    """
+    prefixes = tuple(prefixes)
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return []
+    holders = []
+    for pid in sorted(int(entry) for entry in entries if entry.isdigit()):
+        fd_dir = '%s/%d/fd' % (proc, pid)
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        paths = set()
+        for fd in fds:
+            try:
+                target = os.readlink('%s/%s' % (fd_dir, fd))
+            except OSError:
+                continue
+            if target.startswith(prefixes):
+                paths.add(_printable(target))
+        if not paths:
+            continue
+        uid = None
+        for line in _proc_text(proc, pid, 'status').splitlines():
+            if line.startswith('Uid:') and len(line.split()) > 1 and line.split()[1].isdigit():
+                uid = int(line.split()[1])
+        holders.append({'pid': pid, 'name': _printable(_proc_text(proc, pid, 'comm', 64).strip()),
+                        'uid': uid, 'paths': sorted(paths)})
+    return holders
+
+
 def read_pid_file(pid_file):
     """The number in a pid file, read without following a link or blocking on a FIFO, else None.
 

@@ -31,6 +31,9 @@ MARKER = 'Managed by gpufleet.nvidia'
 RUN_DIR = '/var/run/nvidia-persistenced'
 PID_FILE = RUN_DIR + '/nvidia-persistenced.pid'
 SOCKET = RUN_DIR + '/socket'
+# The NVIDIA driver's device files (/dev/nvidia0, nvidiactl, nvidia-uvm, nvidia-caps/...): what must be closed
+# before the driver can be unloaded or a GPU reset.
+DEVICE_PREFIX = '/dev/nvidia'
 BUNDLED_PATH = '/usr/local/sbin/gpufleet-persistenced'
 DRIVER_PATH = '/usr/bin/nvidia-persistenced'
 STATE_FILE = '/var/lib/gpufleet/persistence.json'
@@ -411,6 +414,24 @@ def plan_absent(current, desired):
         if current['group_exists'] and desired['group'] != 'root':
             actions.append('remove_group')
     return actions
+
+
+def plan_stopped(current, desired):
+    """What state=stopped does, from facts about the host: stop a running daemon, nothing else.
+
+    ``current``: dict with ``unit`` (text or None) and ``running`` (bool).
+    ``desired``: dict with ``service`` (its name) and ``unit_path``.
+    The service definition, its start at boot, the program and the state file are
+    left as they are, so that state=present brings the same daemon back. A service
+    that is not installed is an error (ConfigError): there is nothing to keep defined,
+    as with ansible.builtin.service. A definition that this collection did not write
+    is stopped all the same: stopping changes no file.
+    Returns an ordered list of action names.
+    """
+    if current['unit'] is None:
+        raise ConfigError('state=stopped keeps the service %s defined, but it is not installed (no %s): deploy it '
+                          'with state=present first; nothing was changed' % (desired['service'], desired['unit_path']))
+    return ['stop'] if current['running'] else []
 
 
 def pid_alive(pid_file):

@@ -4,9 +4,9 @@
 """The persistenced module's work on the host: gather facts, plan, act, verify, roll back.
 
 PRIVATE to the gpufleet.nvidia collection: the API may change at any time.
-``Deployer`` gathers the facts that ``_persistenced.plan_present`` and
-``plan_absent`` (pure) decide on, then runs each planned action through one
-table (``Deployer.ACTIONS``) for both states. A failed service command during
+``Deployer`` gathers the facts that ``_persistenced.plan_present``,
+``plan_absent`` and ``plan_stopped`` (pure) decide on, then runs each planned
+action through one table (``Deployer.ACTIONS``) for every state. A failed service command during
 ``present`` puts the previous service definition and program back; any other
 failure fails the module naming what was being done.
 """
@@ -50,6 +50,9 @@ def _lookup(getter, name):
 class Deployer(object):
     """One run of the persistenced module. ``converge()`` returns the result for ``exit_json``."""
 
+    # Seconds a stopped daemon may take to be gone after its service's stop returned (the process exits).
+    STOP_SETTLE = 10.0
+
     def __init__(self, module):
         self.module = module
         self.params = dict(module.params)
@@ -89,10 +92,7 @@ class Deployer(object):
     def converge(self):
         self.detect()
         try:
-            if self.params['state'] == 'present':
-                self.present()
-            else:
-                self.absent()
+            {'present': self.present, 'absent': self.absent, 'stopped': self.stopped}[self.params['state']]()
         except GpufleetError as exc:  # a host query failed (a tool the init system needs is missing)
             self.fail(str(exc))
         return self.result
@@ -402,7 +402,64 @@ class Deployer(object):
         if rc != 0:
             self.fail('%s %s failed: %s' % (tool, name, (err or out).strip()))
 
-    # What each action of either plan does: one table for both states. Errors go to the state's handler (apply).
+    # ---- stopped ----------------------------------------------------------------
+    def stopped(self):
+        """Stop the daemon for maintenance; the definition, its start at boot and the state file stay."""
+        p = self.params
+        unit = _host.read_text(self.unit_path)
+        running = self.service.is_running()
+        pid = self.service.pid()
+        current = {'unit': unit, 'running': running}
+        try:
+            actions = pd.plan_stopped(current, {'service': p['service_name'], 'unit_path': self.unit_path})
+        except pd.ConfigError as exc:
+            self.fail(str(exc) if pid is None else '%s (a daemon runs without it, pid %d: stop it by hand)'
+                      % (exc, pid))
+        self.result.update(actions=actions, changed=bool(actions))
+        if self.module._diff:
+            header = '%s (service state)' % p['service_name']
+            self.result['diff'] = dict(before_header=header, after_header=header, after='stopped\n',
+                                       before='running\n' if running else 'stopped\n')
+        if self.module.check_mode:
+            self.result['pid'] = pid
+            # the daemon would be stopped: what else would still hold the GPUs
+            self.report_holders(exclude=(pid,))
+            return
+        self.apply(actions, current, {}, self.stopped_failed)
+        self.verify_stopped()
+        self.report_holders()
+
+    def stopped_failed(self, action, current, exc):
+        self.fail('stopping the persistence daemon failed at %s: %s. Daemon log:\n%s'
+                  % (action, exc, self.service.logs() or '(no log lines found)'))
+
+    def verify_stopped(self):
+        """No daemon is left: the service says stopped and the pid file names no live daemon."""
+        give_up = time.time() + self.STOP_SETTLE
+        while True:
+            running, pid = self.service.is_running(), self.service.pid()
+            if not running and pid is None:
+                break
+            if time.time() > give_up:
+                still = 'pid %d' % pid if pid is not None else 'the init system says so'
+                self.fail('the persistence daemon is still running after stop (%s): stop it by hand (a daemon the '
+                          'service %s did not start is not stopped through it), then run again'
+                          % (still, self.params['service_name']), changed=bool(self.result['actions']))
+            time.sleep(0.1)
+        self.result['pid'] = None
+
+    def report_holders(self, exclude=()):
+        """Which processes still hold NVIDIA device files: information, and a warning, since they keep the
+        driver from being unloaded or a GPU from being reset."""
+        holders = [h for h in _host.open_file_holders((pd.DEVICE_PREFIX,)) if h['pid'] not in exclude]
+        self.result['device_holders'] = holders
+        if holders:
+            self.module.warn('%s: %d process(es) still hold NVIDIA device files, which keeps the driver from being '
+                             'unloaded or a GPU reset: %s' % (self.host, len(holders), '; '.join(
+                                 'pid %d (%s, uid %s): %s' % (h['pid'], h['name'], h['uid'], ', '.join(h['paths']))
+                                 for h in holders)))
+
+    # What each action of any plan does: one table for every state. Errors go to the state's handler (apply).
     ACTIONS = {
         'create_group': create_group,
         'create_user': create_user,

@@ -47,8 +47,14 @@ options:
     description:
       - V(present) deploys and starts the daemon; V(absent) stops and disables it and removes the service definition
         and program this module installed (and the user with O(remove_user)). The state file is kept.
+      - V(stopped) stops the daemon for maintenance (a driver upgrade, a GPU reset, a MIG change) and changes
+        nothing else. The service stays defined and enabled at boot, the program and the state file stay, so a
+        later V(present) starts the same daemon and every GPU comes back to the mode recorded for it (see
+        RV(device_holders) for what else still holds the GPUs). A service that is not installed is an error, as
+        with M(ansible.builtin.service). Only O(init_system), O(service_name) and O(start_timeout) matter then.
+      - The daemon is not kept from starting at the next boot; a reboot during maintenance brings it back.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, stopped]
     default: present
   daemon:
     description:
@@ -189,6 +195,20 @@ EXAMPLES = r'''
     verbose: true
   become: true
 
+- name: Release the GPUs for a driver upgrade (the service stays defined and enabled)
+  gpufleet.nvidia.persistenced:
+    state: stopped
+  become: true
+  register: released
+
+- name: Say what else still holds the GPUs
+  ansible.builtin.debug:
+    var: released.device_holders
+
+- name: Bring the daemon back afterwards; each GPU gets its recorded mode again
+  gpufleet.nvidia.persistenced:
+  become: true
+
 - name: Remove the service and its user
   gpufleet.nvidia.persistenced:
     state: absent
@@ -234,10 +254,36 @@ group:
   type: str
   sample: nvidia-persistenced
 pid:
-  description: Process id of the running daemon, null when it is not running.
-  returned: when state is present
+  description:
+    - Process id of the running daemon, null when it is not running.
+    - With O(state=stopped) null, once no daemon is left (in check mode, the daemon that would be stopped).
+  returned: when state is present or stopped
   type: int
   sample: 1234
+device_holders:
+  description:
+    - With O(state=stopped), the processes that still hold an NVIDIA device file (C(/dev/nvidia*)) open once the
+      daemon is gone, which keep the driver from being unloaded or a GPU from being reset; each also makes a warning.
+    - Read from C(/proc/PID/fd) as root, each entry's link text only (nothing is opened); a process chooses its own
+      name, so take it as a hint. In check mode, without the daemon that would be stopped.
+  returned: when state is stopped
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: Process id.
+      type: int
+    name:
+      description: Its command name (C(/proc/PID/comm)), non-printable characters as C(?).
+      type: str
+    uid:
+      description: Its real user id.
+      type: int
+    paths:
+      description: The NVIDIA device files it holds.
+      type: list
+      elements: str
+  sample: [{pid: 4321, name: dcgm-exporter, uid: 0, paths: [/dev/nvidia0, /dev/nvidiactl]}]
 backup_file:
   description: Backup of a replaced service definition that this collection had not written.
   returned: when a backup was made
@@ -251,7 +297,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenc
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._persistenced_deploy import Deployer
 
 ARGUMENT_SPEC = dict(
-    state=dict(type='str', default='present', choices=['present', 'absent']),
+    state=dict(type='str', default='present', choices=['present', 'absent', 'stopped']),
     daemon=dict(type='str', default='auto', choices=['auto', 'driver', 'bundled']),
     driver_path=dict(type='path', default=pd.DRIVER_PATH),
     bundled_path=dict(type='path', default=pd.BUNDLED_PATH),
@@ -277,9 +323,9 @@ ARGUMENT_SPEC = dict(
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
-    if p['group'] is None and (p['user'] == 'root' or p['state'] == 'absent'):
-        # present: an existing user's own primary group (Deployer.resolve_identity); absent: the group this
-        # module would have created for the user
+    if p['group'] is None and (p['user'] == 'root' or p['state'] != 'present'):
+        # present: an existing user's own primary group (Deployer.resolve_identity); absent and stopped: the group
+        # this module would have created for the user
         p['group'] = 'root' if p['user'] == 'root' else p['user']
     if p['state'] == 'present' and not p['bundled_source']:
         module.fail_json(msg='the bundled daemon was not passed in: call this module as gpufleet.nvidia.persistenced '

@@ -237,3 +237,46 @@ def test_pid_file_is_read_without_following_a_link_or_blocking(tmp_path):
     assert _host.read_pid_file(fifo) is None  # returns at once
     (tmp_path / 'junk').write_text('12; rm -rf /\n')
     assert _host.read_pid_file(str(tmp_path / 'junk')) is None
+
+
+def fake_proc(root, processes):
+    """A /proc look-alike: ``processes`` maps a pid to (comm bytes, uid, {fd: link text}), or to None for a
+    process whose descriptors cannot be listed."""
+    for pid, found in processes.items():
+        entry = root / str(pid)
+        entry.mkdir()
+        if found is None:
+            continue
+        comm, uid, fds = found
+        (entry / 'comm').write_bytes(comm + b'\n')
+        (entry / 'status').write_bytes(b'Name:\t%s\nUid:\t%d\t%d\t%d\t%d\n' % (comm, uid, uid, uid, uid))
+        (entry / 'fd').mkdir()
+        for fd, target in fds.items():
+            os.symlink(target, str(entry / 'fd' / str(fd)))
+    (root / 'self').mkdir()
+    return str(root)
+
+
+def test_device_holders_read_each_descriptor_link_as_text(tmp_path):
+    proc = fake_proc(tmp_path, {
+        4321: (b'dcgm-exporter', 0, {3: '/dev/nvidia0', 4: '/dev/nvidiactl', 5: '/dev/null', 6: '/dev/nvidia0'}),
+        77: (b'bash', 1000, {0: '/dev/pts/0', 1: 'socket:[1234]'}),
+        88: (b'\xffevil\nname', 4242, {7: '/dev/nvidia-uvm (deleted)', 8: '/tmp/dev/nvidia0'}),
+        99: None,  # gone, or its descriptors are not ours to list
+    })
+    assert _host.open_file_holders((pd.DEVICE_PREFIX,), proc=proc) == [
+        {'pid': 88, 'name': '\ufffdevil?name', 'uid': 4242, 'paths': ['/dev/nvidia-uvm (deleted)']},
+        {'pid': 4321, 'name': 'dcgm-exporter', 'uid': 0, 'paths': ['/dev/nvidia0', '/dev/nvidiactl']},
+    ]
+    assert _host.open_file_holders((pd.DEVICE_PREFIX,), proc=str(tmp_path / 'missing')) == []
+
+
+def test_device_holders_never_open_what_the_links_name(tmp_path):
+    """The links point at a FIFO (opening it would block) and at a missing file: only their text is read."""
+    fifo = str(tmp_path / 'fifo')
+    os.mkfifo(fifo)
+    (tmp_path / 'proc' / '5' / 'fd').mkdir(parents=True)  # no comm or status: name '' and uid None
+    os.symlink(fifo, str(tmp_path / 'proc' / '5' / 'fd' / '3'))
+    os.symlink(str(tmp_path / 'gone'), str(tmp_path / 'proc' / '5' / 'fd' / '4'))
+    holders = _host.open_file_holders((fifo, str(tmp_path / 'gone')), proc=str(tmp_path / 'proc'))  # returns at once
+    assert holders == [{'pid': 5, 'name': '', 'uid': None, 'paths': [fifo, str(tmp_path / 'gone')]}]

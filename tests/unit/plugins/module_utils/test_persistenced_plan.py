@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the persistenced module does: the present and absent plans, decided from facts alone, and the one
-dispatch (Deployer.apply) that carries out either, with a fake init system."""
+"""What the persistenced module does: the present, absent and stopped plans, decided from facts alone, and the
+one dispatch (Deployer.apply) that carries out any of them, with a fake init system."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -123,7 +123,31 @@ def test_absent_on_a_clean_host_does_nothing():
 
 
 # --------------------------------------------------------------------------
-# One dispatch for both
+# stopped
+# --------------------------------------------------------------------------
+
+WHERE = dict(service='nvidia-persistenced', unit_path='/etc/init.d/nvidia-persistenced')
+
+
+@pytest.mark.parametrize('unit', [OURS, THEIRS])
+@pytest.mark.parametrize('running', [True, False])
+def test_stopped_plan_only_ever_stops(unit, running):
+    """Every installed case: the definition, its start at boot, the program and the state file are not
+    touched, so state=present brings the same daemon back; a stopped daemon needs nothing (idempotent)."""
+    assert pd.plan_stopped(dict(unit=unit, running=running), WHERE) == (['stop'] if running else [])
+
+
+@pytest.mark.parametrize('running', [True, False])
+def test_stopped_plan_refuses_a_service_that_is_not_installed(running):
+    with pytest.raises(pd.ConfigError) as exc:
+        pd.plan_stopped(dict(unit=None, running=running), WHERE)
+    assert str(exc.value) == ('state=stopped keeps the service nvidia-persistenced defined, but it is not installed '
+                              '(no /etc/init.d/nvidia-persistenced): deploy it with state=present first; nothing '
+                              'was changed')
+
+
+# --------------------------------------------------------------------------
+# One dispatch for every state
 # --------------------------------------------------------------------------
 
 def every_fact_combination(template):
@@ -142,6 +166,9 @@ def test_every_planned_action_has_one_handler():
         for init in ('systemd', 'sysvinit', 'upstart'):
             for current in every_fact_combination(host(unit=unit, init_system=init)):
                 planned.update(pd.plan_absent(current, REMOVE_USER))
+        if unit is not None:
+            for running in (False, True):
+                planned.update(pd.plan_stopped(dict(unit=unit, running=running), WHERE))
     assert planned == set(deploy.Deployer.ACTIONS)
 
 
@@ -216,3 +243,107 @@ def test_a_write_that_fails_names_the_file(tmp_path):
     with pytest.raises(Failed) as exc:
         deployer.apply(['write_unit'], {}, dict(unit=OURS), deployer.present_failed)
     assert 'cannot write %s' % deployer.unit_path in exc.value.args[0]['msg'] and calls == []
+
+
+# --------------------------------------------------------------------------
+# stopped, carried out
+# --------------------------------------------------------------------------
+
+DAEMON_PID = 4321
+HOLDER = {'pid': 777, 'name': 'dcgm-exporter', 'uid': 0, 'paths': ['/dev/nvidia0', '/dev/nvidiactl']}
+
+
+@pytest.fixture
+def holders(monkeypatch):
+    """What /proc shows: the daemon's own descriptors while it runs, and whatever the test adds."""
+    found = []
+    monkeypatch.setattr(deploy._host, 'open_file_holders', lambda prefixes: list(found))
+    return found
+
+
+def stopped_deployer(tmp_path, unit=OURS, running=True, survives=False, answers=None, check_mode=False):
+    """A SysV host whose daemon (pid DAEMON_PID) is gone once its script's stop ran, unless it ``survives``."""
+    deployer, calls = deployer_with(tmp_path, 'sysvinit', answers or {}, state='stopped')
+    deployer.module.check_mode = check_mode
+    deployer.module._diff = True
+    deployer.module.warnings = []
+    deployer.module.warn = deployer.module.warnings.append
+    deployer.STOP_SETTLE = 0.3
+
+    def find_pid():
+        alive = running and (survives or 'nvidia-persistenced stop' not in calls)
+        return DAEMON_PID if alive else None
+    deployer.service.find_pid = find_pid
+    if unit is not None:
+        (tmp_path / 'unit').write_text(unit)
+    return deployer, calls
+
+
+@pytest.mark.parametrize('unit', [OURS, THEIRS])
+def test_stopped_stops_the_daemon_and_touches_nothing_else(tmp_path, holders, unit):
+    deployer, calls = stopped_deployer(tmp_path, unit=unit)
+    deployer.stopped()
+    assert calls == ['nvidia-persistenced stop']
+    assert deployer.result['actions'] == ['stop'] and deployer.result['changed'] is True
+    assert deployer.result['pid'] is None and deployer.result['device_holders'] == []
+    assert deployer.result['diff']['before'] == 'running\n' and deployer.result['diff']['after'] == 'stopped\n'
+    assert (tmp_path / 'unit').read_text() == unit and not (tmp_path / 'bin').exists()
+    assert deployer.module.warnings == []
+
+
+def test_stopped_again_changes_nothing(tmp_path, holders):
+    deployer, calls = stopped_deployer(tmp_path, running=False)
+    deployer.stopped()
+    assert calls == [] and deployer.result['actions'] == [] and deployer.result['changed'] is False
+    assert deployer.result['pid'] is None
+    assert deployer.result['diff']['before'] == deployer.result['diff']['after'] == 'stopped\n'
+
+
+def test_stopped_in_check_mode_runs_no_command_and_reports_the_other_holders(tmp_path, holders):
+    holders += [dict(HOLDER, pid=DAEMON_PID, name='nvidia-persistenced'), HOLDER]
+    deployer, calls = stopped_deployer(tmp_path, check_mode=True)
+    deployer.stopped()
+    assert calls == [] and deployer.result['actions'] == ['stop'] and deployer.result['changed'] is True
+    assert deployer.result['pid'] == DAEMON_PID
+    assert deployer.result['device_holders'] == [HOLDER]  # the daemon would be stopped
+
+
+def test_stopped_warns_about_what_still_holds_the_gpus(tmp_path, holders):
+    holders.append(HOLDER)
+    deployer, calls = stopped_deployer(tmp_path)
+    deployer.stopped()
+    assert deployer.result['device_holders'] == [HOLDER]
+    assert len(deployer.module.warnings) == 1
+    warning = deployer.module.warnings[0]
+    assert '1 process(es) still hold NVIDIA device files' in warning
+    assert 'pid 777 (dcgm-exporter, uid 0): /dev/nvidia0, /dev/nvidiactl' in warning
+
+
+@pytest.mark.parametrize('running', [True, False])
+def test_stopped_fails_when_the_service_is_not_installed(tmp_path, holders, running):
+    deployer, calls = stopped_deployer(tmp_path, unit=None, running=running)
+    with pytest.raises(Failed) as exc:
+        deployer.stopped()
+    msg = exc.value.args[0]['msg']
+    assert 'it is not installed (no %s)' % deployer.unit_path in msg and 'state=present first' in msg
+    assert ('a daemon runs without it, pid %d: stop it by hand' % DAEMON_PID in msg) is running
+    assert calls == []
+
+
+def test_stopped_names_a_failed_stop(tmp_path, holders):
+    answers = {'nvidia-persistenced stop': (1, '', 'nvidia-persistenced: pid 4321 did not stop after SIGTERM\n')}
+    deployer, calls = stopped_deployer(tmp_path, answers=answers)
+    with pytest.raises(Failed) as exc:
+        deployer.stopped()
+    msg = exc.value.args[0]['msg']
+    assert 'stopping the persistence daemon failed at stop' in msg and 'did not stop after SIGTERM' in msg
+    assert 'Daemon log' in msg
+
+
+def test_stopped_fails_when_a_daemon_is_left(tmp_path, holders):
+    deployer, calls = stopped_deployer(tmp_path, survives=True)
+    with pytest.raises(Failed) as exc:
+        deployer.stopped()
+    msg = exc.value.args[0]['msg']
+    assert 'still running after stop (pid %d)' % DAEMON_PID in msg and 'stop it by hand' in msg
+    assert exc.value.args[0]['changed'] is True

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""persistenced's refusals, run in-process on this machine: each fails before touching anything.
+"""persistenced's refusals, run in-process on this machine: each fails before touching anything; and
+state=stopped's check mode and idempotence, with its service replaced by a fake.
 
 (The deployments themselves run on the lab's systemd, sysvinit and Upstart hosts: molecule/persistenced.)
 """
@@ -17,6 +18,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_deploy as deploy
 from ansible_collections.gpufleet.nvidia.plugins.modules import persistenced
 
 SOURCE = '#!/usr/bin/env python\nprint("daemon")\n'
@@ -122,3 +124,65 @@ def test_a_missing_init_tool_fails_naming_it(capsys, tmp_path, monkeypatch):
     assert rc == 1
     assert 'initctl is needed to manage nvidia-persistenced on this upstart host but was not found' in result['msg']
     assert os.uname()[1] in result['msg'] and not (tmp_path / 'gf').exists()
+
+
+class FakeService(object):
+    """The daemon's service as state=stopped sees it; nothing on this machine is touched."""
+
+    def __init__(self):
+        self.running = True
+        self.calls = []
+
+    def is_running(self):
+        return self.running
+
+    def pid(self):
+        return 4321 if self.running else None
+
+    def stop(self):
+        self.calls.append('stop')
+        self.running = False
+
+    def logs(self):
+        return ''
+
+
+@pytest.fixture
+def fake_service(tmp_path, monkeypatch):
+    """persistenced with its service, service definition and /proc replaced (the unit: tmp_path/unit)."""
+    service = FakeService()
+    monkeypatch.setattr(deploy, 'persistence_service', lambda init, name, run, tools: service)
+    monkeypatch.setattr(deploy.pd, 'unit_path', lambda init, name: str(tmp_path / 'unit'))
+    monkeypatch.setattr(deploy._host, 'open_file_holders', lambda prefixes: [])
+    return service
+
+
+def test_stopped_check_mode_then_stop_then_idempotent(capsys, tmp_path, fake_service):
+    (tmp_path / 'unit').write_text('# Managed by gpufleet.nvidia (gpufleet.nvidia.persistenced)\n')
+    args = {'state': 'stopped', 'init_system': 'systemd'}  # no bundled_source: stopped installs nothing
+    rc, checked = run_module(capsys, dict(args, _ansible_check_mode=True, _ansible_diff=True))
+    assert rc == 0, checked
+    assert checked['changed'] and checked['actions'] == ['stop'] and checked['pid'] == 4321
+    assert checked['diff']['before'] == 'running\n' and checked['diff']['after'] == 'stopped\n'
+    assert fake_service.calls == [] and fake_service.running
+
+    rc, stopped = run_module(capsys, args)
+    assert rc == 0, stopped
+    assert stopped['changed'] and stopped['actions'] == ['stop'] and fake_service.calls == ['stop']
+    assert stopped['pid'] is None and stopped['device_holders'] == []
+    assert stopped['unit_path'] == str(tmp_path / 'unit') and stopped['init_system'] == 'systemd'
+
+    for again in (dict(args, _ansible_check_mode=True), args):
+        rc, result = run_module(capsys, again)
+        assert rc == 0 and not result['changed'] and result['actions'] == [], result
+    assert fake_service.calls == ['stop']
+    assert (tmp_path / 'unit').read_text() == '# Managed by gpufleet.nvidia (gpufleet.nvidia.persistenced)\n'
+
+
+def test_stopped_without_the_service_fails_naming_it(capsys, tmp_path, fake_service):
+    fake_service.running = False
+    rc, result = run_module(capsys, {'state': 'stopped', 'init_system': 'sysvinit'})
+    assert rc == 1 and result['actions'] == []
+    assert 'the service nvidia-persistenced defined, but it is not installed (no %s)' % (tmp_path / 'unit') \
+        in result['msg']
+    assert os.uname()[1] in result['msg'] and fake_service.calls == []
