@@ -264,3 +264,19 @@ def test_verification_tasks_change_nothing_and_fail_only_on_a_failed_run():
         outcome['verification']['status'] = status
         assert not any(templar(container_runtime_result=outcome).evaluate_conditional(trust_as_template(when))
                        for when in conditions.values())
+
+
+def runs_gpu_persistence(**variables):
+    """Whether gpu_node imports gpu_persistence with these variables (all its conditions together)."""
+    step = [task for task in tasks('gpu_node') if task.get('name') == 'Per-GPU persistence'][0]
+    values = dict({'gpu_node_gpu_persistence': True, 'ansible_check_mode': False}, **variables)
+    return all(templar(**values).evaluate_conditional(trust_as_template(condition)) for condition in step['when'])
+
+
+def test_gpu_node_leaves_the_gpus_alone_while_the_daemon_is_stopped_for_maintenance():
+    assert runs_gpu_persistence() is True
+    assert runs_gpu_persistence(persistenced_state='present') is True
+    assert runs_gpu_persistence(persistenced_state='stopped') is False
+    assert runs_gpu_persistence(gpu_node_gpu_persistence=False) is False
+    # Check mode before the daemon's first start: nothing can read the modes yet.
+    assert runs_gpu_persistence(ansible_check_mode=True, persistenced_result={'actions': ['start']}) is False
