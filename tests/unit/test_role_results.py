@@ -115,7 +115,6 @@ def test_site_playbook_reads_only_public_results():
     assert not re.search(r'__(%s|gpu_node)_' % '|'.join(INNER), site)
 
 
-
 def test_site_summary_shows_whether_a_container_ran_through_the_runtime():
     summary = yaml.safe_load(read('playbooks', 'site.yml'))[0]['post_tasks'][0]
 
@@ -145,8 +144,8 @@ def trusted(value):
     return value
 
 
-REGISTERED = {'changed': True, 'action': 'reload', 'runtimes': {'nvidia': {'path': 'nvidia-container-runtime'},
-                                                                 'runc': {'path': 'runc'}},
+REGISTERED = {'changed': True, 'action': 'reload',
+              'runtimes': {'nvidia': {'path': 'nvidia-container-runtime'}, 'runc': {'path': 'runc'}},
               'default_runtime': 'runc', 'dockerd_pid_before': 41, 'dockerd_pid_after': 41}
 IMAGES = {'rc': 0, 'stdout_lines': ['<none>:<none>', 'gpufleet/busybox:lab', 'cuda:12'], 'stderr': ''}
 THROUGH_NVIDIA = ('docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all '
@@ -166,8 +165,9 @@ def evaluate(name, **variables):
     return runtime_vars(**variables).template(trust_as_template('{{ %s }}' % name))
 
 
-def ran(*codes, result=REGISTERED, stderr=''):
+def ran(*codes, result=None, stderr=''):
     """The registered loop of docker runs, each ending with its code."""
+    result = REGISTERED if result is None else result
     runs = evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES, container_runtime_result=result)
     assert len(runs) == len(codes)
     return {'results': [dict(item=argv, rc=code, stderr=stderr) for argv, code in zip(runs, codes)]}
