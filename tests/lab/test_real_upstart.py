@@ -10,53 +10,21 @@ lab hosts are already up rather than take them over.
 import json
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-LAB = [sys.executable, str(HERE / "lab")]
-CACHE = Path(os.environ.get("GPUFLEET_LAB_CACHE", REPO / ".cache" / "lab"))
+from conftest import CACHE, REPO, lab, ok
+
 VERSIONS = {"h1": "1.13.2", "h2": "0.6.5"}
 
 
-def lab(*args, timeout=600):
-    return subprocess.run(LAB + list(args), capture_output=True, text=True, timeout=timeout,
-                          cwd=str(REPO))
-
-
-def sh(host, script, timeout=60):
-    """Run SCRIPT as root on HOST over the lab's ssh; return the CompletedProcess."""
-    return subprocess.run(LAB + ["ssh", host, "sh -s"], input=script, capture_output=True,
-                          text=True, timeout=timeout, cwd=str(REPO))
-
-
-def ok(host, script, timeout=60):
-    res = sh(host, script, timeout)
-    assert res.returncode == 0, "%s: rc=%d\n%s\n%s" % (host, res.returncode, res.stdout, res.stderr)
-    return res.stdout
-
-
 @pytest.fixture(scope="module")
-def fleet():
-    if os.geteuid() != 0:
-        pytest.fail("the real-Upstart lab tests need root (lab up)")
-    status = json.loads(lab("status", "--json").stdout or "{}")
-    up = [h["host"] for h in status.get("hosts", []) if h["state"] == "up"]
-    if up:
-        pytest.fail("lab hosts %s are up (another run?): only one lab fits on a machine" % up)
+def fleet(empty_lab):
     t0 = time.monotonic()
     res = lab("up", "--hosts", "2", "--kinds", "upstart,upstart06", "--gpus", "2")
     assert res.returncode == 0, res.stderr
     print("lab up (build if needed, boot 2 hosts): %.1f s" % (time.monotonic() - t0))
-    try:
-        yield
-    finally:
-        down = lab("down")
-        assert down.returncode == 0, down.stderr
 
 
 @pytest.mark.parametrize("host", ["h1", "h2"])

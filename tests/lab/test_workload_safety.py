@@ -22,50 +22,26 @@ hosts are already up.
 import json
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-LAB = [sys.executable, str(HERE / "lab")]
-CACHE = Path(os.environ.get("GPUFLEET_LAB_CACHE", REPO / ".cache" / "lab"))
+from conftest import CACHE, REPO, lab
+from conftest import ok as on_host
+
 HOST = "h1"
 ALLOWED, DENIED = "No such device or address", "Operation not permitted"
 RULE = "/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules"
 UNIT = "/etc/systemd/system/gpufleet-dev-char-links.service"
 
 
-def lab(*args, timeout=600):
-    return subprocess.run(LAB + list(args), capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
-
-
 def ok(script, timeout=120):
-    res = subprocess.run(LAB + ["ssh", HOST, "sh -s"], input="set -eu\n" + script, capture_output=True,
-                         text=True, timeout=timeout, cwd=str(REPO))
-    assert res.returncode == 0, "%s: rc=%d\n%s\n%s" % (HOST, res.returncode, res.stdout, res.stderr)
-    return res.stdout
-
-
-@pytest.fixture(scope="module")
-def lab_session():
-    if os.geteuid() != 0:
-        pytest.fail("the workload-safety lab tests need root (lab up)")
-    status = json.loads(lab("status", "--json").stdout or "{}")
-    up = [h["host"] for h in status.get("hosts", []) if h["state"] == "up"]
-    if up:
-        pytest.fail("lab hosts %s are up (another run?): only one lab fits on a machine" % up)
-    try:
-        yield
-    finally:
-        down = lab("down")
-        assert down.returncode == 0, down.stderr
+    """SCRIPT's output on the systemd host, run under ``set -eu``."""
+    return on_host(HOST, "set -eu\n" + script, timeout)
 
 
 @pytest.fixture(params=["v1", "v2"])
-def systemd_host(request, lab_session):
+def systemd_host(request, empty_lab):
     t0 = time.monotonic()
     res = lab("up", "--hosts", "1", "--kinds", "systemd", "--gpus", "2", "--cgroup", request.param)
     assert res.returncode == 0, res.stderr

@@ -60,6 +60,13 @@ class Attacker(object):
         kwargs.setdefault("text", True)
         return subprocess.run(self.argv(argv), **kwargs)
 
+    def owned_dir(self, parent, name):
+        """A new 0755 directory ``parent/name`` that this attacker owns."""
+        path = os.path.join(parent, name)
+        os.mkdir(path, 0o755)
+        os.chown(path, self.uid, self.gid)
+        return path
+
     def popen(self, argv, **kwargs):
         return subprocess.Popen(self.argv(argv), **kwargs)
 

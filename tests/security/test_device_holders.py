@@ -123,10 +123,7 @@ def hold(stranger, directory, vault, race_seconds):
 
 @pytest.fixture
 def stranger_dir(sandbox, stranger):
-    path = os.path.join(sandbox, "dev")
-    os.mkdir(path, 0o755)
-    os.chown(path, stranger.uid, stranger.gid)
-    return path
+    return stranger.owned_dir(sandbox, "dev")
 
 
 def test_crafted_fd_links_are_reported_as_text_and_never_opened(sandbox, stranger, stranger_dir):

@@ -67,10 +67,7 @@ class Listener(object):
 
 @pytest.fixture
 def run_dir(sandbox, service_user):
-    path = os.path.join(sandbox, "run")
-    os.mkdir(path, 0o755)
-    os.chown(path, service_user.uid, service_user.gid)
-    return path
+    return service_user.owned_dir(sandbox, "run")
 
 
 @pytest.fixture

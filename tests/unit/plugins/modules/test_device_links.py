@@ -12,13 +12,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 
 import pytest
 
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dev_char as dc
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
@@ -43,12 +41,6 @@ def warned(monkeypatch):
     return found
 
 
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            device_links.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
-
 
 def links(dev):
     char = os.path.join(dev, 'char')
@@ -59,65 +51,65 @@ def args(dev, **extra):
     return dict({'dev_root': dev, 'boot': False, 'report_containers': False}, **extra)
 
 
-def test_check_mode_and_diff_then_create_then_nothing(capsys, tmp_path, fake_nodes):
+def test_check_mode_and_diff_then_create_then_nothing(call_module, tmp_path, fake_nodes):
     dev = make_dev(tmp_path / 'dev', NODES)
-    rc, result = run_module(capsys, dict(args(dev), _ansible_check_mode=True, _ansible_diff=True))
+    rc, result = call_module(device_links.main, dict(args(dev), _ansible_check_mode=True, _ansible_diff=True))
     assert rc == 0 and result['changed'] and result['actions'] == ['create_links']
     assert result['created'] == [os.path.join(dev, 'char', n) for n in ('195:0', '195:255', '510:0')]
     assert result['diff'][0]['before'] == ''
     assert result['diff'][0]['after'] == '195:0 -> ../nvidia0\n195:255 -> ../nvidiactl\n510:0 -> ../nvidia-uvm\n'
     assert links(dev) == {}
-    rc, result = run_module(capsys, args(dev))
+    rc, result = call_module(device_links.main, args(dev))
     assert rc == 0 and result['changed']
     assert links(dev) == {'195:0': '../nvidia0', '195:255': '../nvidiactl', '510:0': '../nvidia-uvm'}
-    rc, result = run_module(capsys, args(dev))
+    rc, result = call_module(device_links.main, args(dev))
     assert rc == 0 and not result['changed'] and result['actions'] == [] and result['created'] == []
     assert [item['target'] for item in result['links']] == ['../nvidia0', '../nvidiactl', '../nvidia-uvm']
 
 
-def test_a_missing_char_directory_is_created(capsys, tmp_path, fake_nodes):
+def test_a_missing_char_directory_is_created(call_module, tmp_path, fake_nodes):
     dev = make_dev(tmp_path / 'dev', NODES, char=False)
-    rc, result = run_module(capsys, dict(args(dev), _ansible_check_mode=True))
+    rc, result = call_module(device_links.main, dict(args(dev), _ansible_check_mode=True))
     assert rc == 0 and result['changed'] and not os.path.exists(os.path.join(dev, 'char'))
-    rc, result = run_module(capsys, args(dev))
+    rc, result = call_module(device_links.main, args(dev))
     assert rc == 0 and len(links(dev)) == 3
     assert oct(os.stat(os.path.join(dev, 'char')).st_mode & 0o777) == oct(0o755)
 
 
-def test_a_wrong_link_is_reported_and_kept(capsys, tmp_path, fake_nodes, warned):
+def test_a_wrong_link_is_reported_and_kept(call_module, tmp_path, fake_nodes, warned):
     dev = make_dev(tmp_path / 'dev', NODES)
     os.symlink('../sda', os.path.join(dev, 'char', '195:0'))
-    rc, result = run_module(capsys, args(dev))
+    rc, result = call_module(device_links.main, args(dev))
     assert rc == 0 and result['changed']
     assert links(dev)['195:0'] == '../sda'
     assert [c['link'] for c in result['conflicts']] == [os.path.join(dev, 'char', '195:0')]
     assert len(warned) == 1 and '195:0 is a link to ../sda' in warned[0]
 
 
-def test_absent_removes_only_nvidia_links(capsys, tmp_path, fake_nodes):
+def test_absent_removes_only_nvidia_links(call_module, tmp_path, fake_nodes):
     dev = make_dev(tmp_path / 'dev', NODES)
-    run_module(capsys, args(dev))
+    call_module(device_links.main, args(dev))
     os.symlink('../sda', os.path.join(dev, 'char', '8:0'))
-    rc, result = run_module(capsys, dict(args(dev, state='absent'), _ansible_check_mode=True, _ansible_diff=True))
+    rc, result = call_module(device_links.main, dict(args(dev, state='absent'), _ansible_check_mode=True, _ansible_diff=True))
     assert rc == 0 and result['changed'] and result['actions'] == ['remove_links'] and len(links(dev)) == 4
     assert result['diff'][0]['after'] == ''
-    rc, result = run_module(capsys, args(dev, state='absent'))
+    rc, result = call_module(device_links.main, args(dev, state='absent'))
     assert rc == 0 and result['changed'] and links(dev) == {'8:0': '../sda'}
-    rc, result = run_module(capsys, args(dev, state='absent'))
+    rc, result = call_module(device_links.main, args(dev, state='absent'))
     assert rc == 0 and not result['changed']
 
 
-def test_a_dev_root_others_can_write_fails_before_any_change(capsys, tmp_path, fake_nodes):
+def test_a_dev_root_others_can_write_fails_before_any_change(call_module, tmp_path, fake_nodes):
     dev = make_dev(tmp_path / 'dev', NODES)
     os.chmod(dev, 0o777)
-    rc, result = run_module(capsys, args(dev))
+    rc, result = call_module(device_links.main, args(dev))
     assert rc == 1 and 'writable by every user' in result['msg'] and os.uname()[1] in result['msg']
     assert links(dev) == {}
 
 
-def test_no_dockerd_is_nothing_to_report(capsys, tmp_path, fake_nodes, warned):
+def test_no_dockerd_is_nothing_to_report(call_module, tmp_path, fake_nodes, warned):
     dev = make_dev(tmp_path / 'dev', NODES)
-    rc, result = run_module(capsys, args(dev, report_containers=True, docker_host='unix://%s/none.sock' % tmp_path))
+    rc, result = call_module(device_links.main, args(dev, report_containers=True, docker_host='unix://%s/none.sock' % tmp_path))
     assert rc == 0 and result['cgroup_driver'] is None and result['exposed_containers'] == []
     assert warned == []
 
