@@ -184,25 +184,11 @@ missing_library:
   sample: nvidia-ml-py
 '''
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
-
-
-def modes_text(report, key):
-    return ''.join('%s: %s\n' % (_gpu.describe(entry), entry[key]) for entry in report)
-
-
-def recorded_modes(report, params):
-    """The state-file change: per-GPU entries, and the default when all GPUs were selected."""
-    entries = dict((entry['uuid'], (entry['pci_bus_id'], entry['after'])) for entry in report if entry.get('uuid'))
-    default = False
-    if params['modes'] is None and any(str(s).strip().lower() == 'all' for s in params['gpus']):
-        default = params['mode']
-    return entries, default
 
 
 def main():
@@ -231,61 +217,16 @@ def main():
         backend, unused_answers = _gpu.open_backend(module.params, 'to set persistence through NVML')
     except _gpu.GpuError as exc:
         module.fail_json(**exc.fail_json_args())
-
-    # Plan first (check mode), so a bad state file fails before any GPU changes.
+    run = _gpu_apply.PersistenceRun(params, backend)
     try:
-        with backend:
-            gpus, report = _gpu.converge(backend, params['gpus'], params['mode'], params['modes'], check_mode=True)
-    except _gpu.GpuError as exc:
-        module.fail_json(msg=str(exc))
-
-    state_before = state_after = None
-    if params['persist']:
-        try:
-            directory = state.check_path(params['state_file'])
-            owners = state.service_owners(params['service_user'])
-            facts = state.inspect_dir(directory, owners)
-            state_before = state.load(params['state_file']) if facts['exists'] else state.empty_state()
-            entries, default = recorded_modes(report, params)
-            state_after = state.with_modes(state_before, entries, default)
-        except state.StateError as exc:
-            module.fail_json(msg='%s: %s' % (_gpu.host(), exc))
-    state_changed = state_before != state_after
-
-    if not module.check_mode:
-        try:
-            with backend:
-                gpus, report = _gpu.converge(backend, params['gpus'], params['mode'], params['modes'])
-        except _gpu.GpuError as exc:
-            module.fail_json(msg=str(exc), gpus=report)
-        if state_changed:
-            try:
-                # inspected again: the first look was before the GPUs changed
-                facts = state.inspect_dir(directory, owners)
-                if not facts['exists']:
-                    os.close(state.create_dir(directory, facts))
-                entries, default = recorded_modes(report, params)
-                state.update(params['state_file'], lambda current: state.with_modes(current, entries, default))
-            except state.StateError as exc:
-                module.fail_json(msg='%s: GPU modes were set but could not be recorded in %s: %s; they will not '
-                                 'survive a daemon restart until this is fixed' % (_gpu.host(), params['state_file'], exc),
-                                 gpus=report)
-
-    if backend.name == 'nvml' and any(entry['changed'] for entry in report):
-        module.warn('No persistence daemon answers on %s, so persistence was set through NVML\'s legacy kernel path, '
-                    'which NVIDIA deprecates and which is lost at reboot. Deploy the daemon with '
-                    'gpufleet.nvidia.persistenced.' % params['socket_path'])
-
-    changed = any(entry['changed'] for entry in report) or state_changed
-    result = dict(changed=changed, gpus=report, backend=backend.name, state_changed=state_changed,
-                  state_file=params['state_file'] if params['persist'] else None)
-    if module._diff:
-        result['diff'] = [dict(before_header='GPU persistence modes', after_header='GPU persistence modes',
-                               before=modes_text(report, 'before'), after=modes_text(report, 'after'))]
-        if params['persist']:
-            result['diff'].append(dict(before_header=params['state_file'], after_header=params['state_file'],
-                                       before=state.serialize(state_before), after=state.serialize(state_after)))
-    module.exit_json(**result)
+        run.plan()  # every GPU and the state file first: a bad state file fails before any GPU changes
+        if not module.check_mode:
+            run.apply()
+    except _gpu_apply.RunError as exc:
+        module.fail_json(**exc.fields)
+    for warning in run.warnings():
+        module.warn(warning)
+    module.exit_json(**run.result(diff=module._diff))
 
 
 if __name__ == '__main__':
