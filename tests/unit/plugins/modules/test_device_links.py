@@ -41,7 +41,6 @@ def warned(monkeypatch):
     return found
 
 
-
 def links(dev):
     char = os.path.join(dev, 'char')
     return dict((name, os.readlink(os.path.join(char, name))) for name in sorted(os.listdir(char)))
