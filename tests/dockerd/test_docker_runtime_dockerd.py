@@ -328,7 +328,7 @@ def test_unknown_key_already_in_file_is_refused_not_restarted(lab_dockerd):
 
 
 def test_apply_none_does_not_depend_on_a_dockerd_that_does_not_answer(lab_dockerd, tmp_path):
-    """Issue 13: apply=none only writes the file, even when the dockerd found does not answer its API.
+    """apply=none only writes the file, even when the dockerd found does not answer its API.
 
     dockerd is stopped (SIGSTOP): its socket still accepts, it never answers. Both for the file it reads and for
     another file, apply=none writes and succeeds; asked to apply, the module still refuses.

@@ -1,4 +1,4 @@
-"""Workload safety on a real systemd host: `systemctl daemon-reload` and running GPU containers (issue 16).
+"""Workload safety on a real systemd host: `systemctl daemon-reload` and running GPU containers.
 
 With dockerd's systemd cgroup driver, a reload makes systemd re-apply every
 container scope's device rules, and it drops the NVIDIA nodes it cannot map
