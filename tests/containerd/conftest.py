@@ -246,5 +246,5 @@ def busybox_rootfs(lab_containerd):
 
 
 def pytest_configure(config):
-    config.addinivalue_line('markers', 'config_toml(body, head=, newline=): the lab config.toml: version, head, '
-                                        'its own paths, body')
+    config.addinivalue_line('markers', 'config_toml(body, head=, newline=, files=): the lab config.toml '
+                            '(version, head, its own paths, body) and files beside it')
