@@ -24,7 +24,9 @@ PREFIX = 'ansible_collections.gpufleet.nvidia.plugins.module_utils'
 # What each bottom-layer file may import of ours: nothing but the shared error types.
 BOTTOM = {
     '_errors': set(),
+    '_tomli': set(),
     '_json_splice': {'_errors'},
+    '_toml_splice': {'_errors'},
     '_host': {'_errors'},
 }
 

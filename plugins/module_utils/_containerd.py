@@ -1,0 +1,429 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""containerd's config.toml rules: schema, the nvidia runtime's tables, the plans, the dump comparison.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. It is pure: text in, text and findings out (docs/containerd.md
+has the measurements these rules stand on).
+
+* The schema comes from the installed containerd and the file together:
+  containerd 1.x reads ``version = 1`` (plugin ids, ``plugins.cri``) and 2
+  (``plugins."io.containerd.grpc.v1.cri"``) and silently ignores a
+  ``version = 3`` file's ``io.containerd.cri.v1.*`` tables, so 3 on 1.x is
+  refused; containerd 2.x reads 2 (migrated) and 3
+  (``plugins."io.containerd.cri.v1.runtime"``).
+* The runtime is inserted into the file that holds the CRI table, as one
+  marked block appended at its end: no existing line changes. containerd
+  1.x replaces the whole CRI table with an imported file's, so a drop-in
+  would lose the main file's CRI settings.
+* Defining any runtime replaces containerd's default ``runtimes`` map: when
+  the file defines none, the block also carries the default runtimes
+  (``runc``) as ``containerd config dump`` shows them, or the CRI plugin
+  fails ("no corresponding runtime configured ... runc").
+* ``default_runtime_name`` only on request, its previous value kept in a
+  marker comment so that ``absent`` puts it back.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import re
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+
+DEFAULT_PATH = '/etc/containerd/config.toml'
+MAX_CONFIG_BYTES = 1024 * 1024
+RUNC_V2 = 'io.containerd.runc.v2'
+RUNTIME_PACKAGE = 'nvidia-container-toolkit'
+MARK = 'gpufleet.nvidia containerd_runtime'
+BEGIN = '# BEGIN %s: added by Ansible, removed by state=absent' % MARK
+END = '# END %s' % MARK
+DEFAULT_MARK = '# %s: default_runtime_name was ' % MARK
+DEFAULT_ADDED = '# %s: default_runtime_name added' % MARK
+# Options of the default runtime the nvidia runtime inherits (the kubelet's cgroup driver must match).
+INHERITED_OPTIONS = ('SystemdCgroup',)
+
+
+class Schema(object):
+    """Where the CRI runtimes live for one config version."""
+
+    def __init__(self, version, cri):
+        self.version = version
+        self.cri = cri
+        self.containerd = cri + ('containerd',)
+        self.runtimes = self.containerd + ('runtimes',)
+
+    def runtime(self, name):
+        return self.runtimes + (name,)
+
+
+SCHEMAS = {
+    1: Schema(1, ('plugins', 'cri')),
+    2: Schema(2, ('plugins', 'io.containerd.grpc.v1.cri')),
+    3: Schema(3, ('plugins', 'io.containerd.cri.v1.runtime')),
+}
+
+
+def binary_version(text):
+    """``(major, minor, patch)`` from ``containerd --version``, or None."""
+    match = re.search(r'\sv?(\d+)\.(\d+)\.(\d+)', text or '')
+    return tuple(int(part) for part in match.groups()) if match else None
+
+
+def dump_schema(version):
+    """The schema ``containerd config dump`` writes: 2 on 1.x, 3 on 2.x."""
+    return SCHEMAS[3] if version and version[0] >= 2 else SCHEMAS[2]
+
+
+def choose_schema(version, file_version, path):
+    """The schema to write in ``path`` for the installed containerd ``version`` and the file's ``version`` key."""
+    shown = '.'.join(str(part) for part in version) if version else 'unknown'
+    if file_version is not None and (not isinstance(file_version, int) or isinstance(file_version, bool)):
+        raise DocumentError('%s: "version" is %r, not a number; the file was left untouched.' % (path, file_version))
+    if not version:
+        raise DocumentError('%s: cannot tell the installed containerd\'s version; nothing was changed. '
+                            'Is containerd installed?' % path)
+    if version[0] < 2:
+        if file_version in (None, 0, 1):
+            return SCHEMAS[1]
+        if file_version == 2:
+            return SCHEMAS[2]
+        raise DocumentError('%s says version = %s, but the installed containerd %s reads config versions 1 and 2 '
+                            'only: it starts without a word and ignores the io.containerd.cri.v1.* tables of a '
+                            'version 3 file. Nothing was changed; write the file as version 2 for this containerd.'
+                            % (path, file_version, shown))
+    if file_version in (2, 3):
+        return SCHEMAS[file_version]
+    raise DocumentError('%s says version = %s; the installed containerd %s reads versions 2 and 3. Nothing was '
+                        'changed; run `containerd config migrate` or write version = 3.'
+                        % (path, 1 if file_version is None else file_version, shown))
+
+
+def loads(text, path):
+    """The values of TOML ``text``; a DocumentError (the file untouched) when it is not valid TOML."""
+    try:
+        return _tomli.loads(text)
+    except _tomli.TOMLDecodeError as exc:
+        raise DocumentError('%s: not valid TOML (%s); containerd would refuse it too. The file was left untouched.'
+                            % (path, exc))
+    except ValueError as exc:
+        raise DocumentError('%s: not valid TOML (%s). The file was left untouched.' % (path, exc))
+
+
+def get(values, path, default=None):
+    node = values
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+class Config(object):
+    """One config file, read once: ``text``, ``values`` (tomli), ``doc`` (spans), ``block`` (ours, or None)."""
+
+    def __init__(self, text, path):
+        self.text = text
+        self.path = path
+        self.values = loads(text, path)
+        self.doc = ts.scan(text, path)
+        self.block = find_block(text, path)
+        self.version = self.values.get('version')
+
+    def defined_outside_block(self, prefix):
+        """Headers or keys at or below ``prefix`` that are not in our block."""
+        size = len(prefix)
+        found = [h for h in self.doc.headers if h.path[:size] == tuple(prefix) and not self.in_block(h.start)]
+        found += [e for e in self.doc.entries if e.path[:size] == tuple(prefix) and not self.in_block(e.start)]
+        return found
+
+    def in_block(self, pos):
+        return self.block is not None and self.block[0] <= pos < self.block[1]
+
+    def line_of(self, pos):
+        return self.text.count('\n', 0, pos) + 1
+
+
+def find_block(text, path):
+    """``(start, end)`` of our marked block (with the blank line before it), or None."""
+    begin = text.find(BEGIN)
+    if begin < 0:
+        return None
+    if text.find(BEGIN, begin + 1) >= 0:
+        raise DocumentError('%s holds the block "%s" twice; remove one by hand. The file was left untouched.'
+                            % (path, MARK))
+    end = text.find(END, begin)
+    if end < 0 or (begin and text[begin - 1] != '\n'):
+        raise DocumentError('%s: the block "%s" is damaged (no END line, or not at a line start); fix it by hand. '
+                            'The file was left untouched.' % (path, MARK))
+    newline = text.find('\n', end)
+    end = len(text) if newline < 0 else newline + 1
+    start = begin
+    before = text[:begin]
+    for blank in ('\r\n\r\n', '\n\n'):
+        if before.endswith(blank):
+            start = begin - len(blank) // 2
+            break
+    return start, end
+
+
+class Plan(object):
+    """``text`` (the new file), ``changes`` (what changes, in words), ``warnings``."""
+
+    def __init__(self, text, changes, warnings):
+        self.text = text
+        self.changes = changes
+        self.warnings = warnings
+
+
+def nonzero(options):
+    """Runtime options without zero values: the dump lists every option, a file only those set."""
+    return dict((key, value) for key, value in (options or {}).items() if value not in ('', 0, False, [], {}, None))
+
+
+def runtime_lines(schema, name, runtime, indent):
+    lines = ['[%s]' % ts.dotted(schema.runtime(name)), '%sruntime_type = %s' % (indent, ts.scalar(runtime['runtime_type']))]
+    options = runtime.get('options') or {}
+    if options:
+        lines.append('%s[%s]' % (indent, ts.dotted(schema.runtime(name) + ('options',))))
+        for key in sorted(options):
+            lines.append('%s%s = %s' % (indent * 2, ts.quote_key(key), ts.scalar(options[key])))
+    return lines
+
+
+def desired_runtime(request, before_runtimes, default_name):
+    """The nvidia runtime: runc v2 with BinaryName, and the default runtime's inherited options."""
+    source = before_runtimes.get('runc') or before_runtimes.get(default_name) or {}
+    options = {'BinaryName': request.runtime_path}
+    for key in INHERITED_OPTIONS:
+        value = (source.get('options') or {}).get(key)
+        if value not in (None, False, '', 0):
+            options[key] = value
+    return {'runtime_type': RUNC_V2, 'options': options}
+
+
+def plan_present(config, request, schema, before, dschema):
+    """The new text for ``state=present``; ``before`` is the effective configuration (the dump's values, in the
+    dump's schema ``dschema``)."""
+    path, doc = config.path, config.doc
+    before_runtimes = get(before, dschema.runtimes, {}) or {}
+    default_name = get(before, dschema.containerd + ('default_runtime_name',), 'runc')
+    changes, warnings = [], []
+    check_extendable(config, schema)
+    want = desired_runtime(request, before_runtimes, default_name)
+    user_defined = config.defined_outside_block(schema.runtime(request.name))
+    splice = ts.Splice(config.text)
+    indent = doc.key_indent()
+    lines = [BEGIN]
+    if user_defined:
+        have = get(config.values, schema.runtime(request.name), {})
+        if have.get('runtime_type') != want['runtime_type'] or nonzero(have.get('options')) != want['options']:
+            raise DocumentError(
+                '%s: the runtime "%s" is already defined at line %d, differently (runtime_type %s, options %s; wanted '
+                'runtime_type %s, options %s). Nothing was changed; remove that definition or choose another name.'
+                % (path, request.name, config.line_of(user_defined[0].start), have.get('runtime_type'),
+                   nonzero(have.get('options')), want['runtime_type'], want['options']))
+    else:
+        defined = set(get(config.values, schema.runtimes, {}) or {})
+        if not config.defined_outside_block(schema.runtimes):
+            # The file defines no runtime: defining one replaces containerd's defaults, so carry them.
+            for name in sorted(before_runtimes):
+                if name != request.name and (config.block is not None or name not in defined):
+                    runtime = before_runtimes[name]
+                    lines += runtime_lines(schema, name, {'runtime_type': runtime.get('runtime_type') or RUNC_V2,
+                                                          'options': nonzero(runtime.get('options'))}, indent)
+        lines += runtime_lines(schema, request.name, want, indent)
+    lines.append(END)
+    default_lines = plan_default(config, request, schema, splice, indent, changes, warnings, default_name)
+    if default_lines:
+        lines[-1:-1] = default_lines
+    if len(lines) > 2:
+        block_text = ''.join(line + doc.newline for line in lines)
+        if config.block is not None:
+            start, end = config.block
+            separator = config.text[start:config.text.find(BEGIN, start)]
+            if config.text[start:end] != separator + block_text:
+                splice.replace(start, end, separator + block_text)
+                changes.append('runtime "%s" updated in its block' % request.name)
+        else:
+            splice.append_lines(lines, doc.newline)
+            changes.append('runtime "%s" added (%s)' % (request.name, ts.dotted(schema.runtime(request.name))))
+    elif config.block is not None:
+        splice.remove(*config.block)
+        changes.append('the empty block removed')
+    return Plan(splice.result(), changes, warnings)
+
+
+def check_extendable(config, schema):
+    """A table written inline (``runtimes = {...}``) cannot get a new sub-table: say so before containerd does."""
+    for entry in config.doc.entries:
+        if schema.runtimes[:len(entry.path)] == entry.path:
+            raise DocumentError('%s: line %d defines %s as an inline value, which TOML does not let another table '
+                                'extend. Nothing was changed; write it as [%s] tables.'
+                                % (config.path, config.line_of(entry.start), ts.dotted(entry.path),
+                                   ts.dotted(entry.path)))
+
+
+def plan_default(config, request, schema, splice, indent, changes, warnings, default_name):
+    """Edits for ``default_runtime``; returns lines for the block (when the table must be created there)."""
+    key = schema.containerd + ('default_runtime_name',)
+    entry = config.doc.entry(key)
+    ours = entry is not None and marker_before(config, entry) is not None
+    if request.default_runtime is None:
+        return []
+    if request.default_runtime is False:
+        if ours:
+            restore_default(config, entry, splice)
+            changes.append('default_runtime_name restored')
+        elif entry is not None and get(config.values, key) == request.name:
+            warnings.append('%s: default_runtime_name = "%s" was not set by this module; it was left as it is.'
+                            % (config.path, request.name))
+        return []
+    want = ts.string(request.name)
+    if entry is not None and not config.in_block(entry.start):
+        if get(config.values, key) == request.name:
+            return []
+        marker = marker_before(config, entry)
+        previous = config.text[entry.value_start:entry.value_end]
+        if marker is None:
+            splice.insert(entry.start, entry.indent + DEFAULT_MARK + previous + config.doc.newline)
+        splice.replace(entry.value_start, entry.value_end, want)
+        changes.append('default_runtime_name set to "%s" (was %s)' % (request.name, previous))
+        return []
+    if entry is not None:  # already in our block
+        return ['[%s]' % ts.dotted(schema.containerd), '%sdefault_runtime_name = %s' % (indent, want)]
+    header = config.doc.header(schema.containerd)
+    if header is not None and not config.in_block(header.start):
+        pos = config.doc.table_end(header)
+        sub = header.indent + indent
+        splice.insert(pos, sub + DEFAULT_ADDED + config.doc.newline + sub + 'default_runtime_name = ' + want +
+                      config.doc.newline)
+        changes.append('default_runtime_name = "%s" added' % request.name)
+        return []
+    if config.defined_outside_block(schema.containerd + ('default_runtime_name',)) or any(
+            e.path[:len(schema.containerd)] == schema.containerd and len(e.key) > 1 and not config.in_block(e.start)
+            for e in config.doc.entries):
+        raise DocumentError('%s: the table %s is written with dotted keys; cannot add default_runtime_name safely. '
+                            'Nothing was changed; set it by hand.' % (config.path, ts.dotted(schema.containerd)))
+    changes.append('default_runtime_name = "%s" added' % request.name)
+    return ['[%s]' % ts.dotted(schema.containerd), '%sdefault_runtime_name = %s' % (indent, want)]
+
+
+def marker_before(config, entry):
+    """Our default_runtime_name marker line right above ``entry``: ``(start, previous value text or None)``."""
+    text = config.text
+    line_end = entry.start - 1
+    if line_end <= 0:
+        return None
+    if text[line_end - 1:line_end] == '\r':
+        line_end -= 1
+    line_start = text.rfind('\n', 0, line_end) + 1
+    line = text[line_start:line_end].strip()
+    if line.startswith(DEFAULT_MARK):
+        return line_start, line[len(DEFAULT_MARK):]
+    if line == DEFAULT_ADDED:
+        return line_start, None
+    return None
+
+
+def restore_default(config, entry, splice):
+    start, previous = marker_before(config, entry)
+    if previous is None:
+        splice.remove(start, entry.end)
+    else:
+        splice.remove(start, entry.start)
+        splice.replace(entry.value_start, entry.value_end, previous)
+
+
+def plan_absent(config, request, schema):
+    """The new text for ``state=absent``: our block and our default_runtime_name edit undone, nothing else."""
+    splice = ts.Splice(config.text)
+    changes, warnings = [], []
+    if config.block is not None:
+        splice.remove(*config.block)
+        changes.append('the block of runtime "%s" removed' % request.name)
+    entry = config.doc.entry(schema.containerd + ('default_runtime_name',))
+    if entry is not None and not config.in_block(entry.start) and marker_before(config, entry) is not None:
+        restore_default(config, entry, splice)
+        changes.append('default_runtime_name restored')
+    if config.defined_outside_block(schema.runtime(request.name)):
+        warnings.append('%s: the runtime "%s" is defined outside this module\'s block; it was left as it is.'
+                        % (config.path, request.name))
+    return Plan(splice.result(), changes, warnings)
+
+
+def plan(config, request, schema, before, dschema):
+    """One dispatch for both states."""
+    if request.state == 'absent':
+        return plan_absent(config, request, schema)
+    return plan_present(config, request, schema, before, dschema)
+
+
+# --------------------------------------------------------------------------
+# The effective configuration: what `containerd config dump` says
+# --------------------------------------------------------------------------
+
+def imported_cri(imports, main_path, schema):
+    """The imported files (``{path: values}``) that set the CRI table, which containerd 1.x takes whole."""
+    return sorted(path for path, values in imports.items()
+                  if path != main_path and get(values, schema.cri) is not None)
+
+
+def _normalise(values, schema, name):
+    values = copy.deepcopy(values)
+    values.pop('imports', None)
+    runtimes = get(values, schema.runtimes)
+    if isinstance(runtimes, dict):
+        runtimes.pop(name, None)
+        for runtime in runtimes.values():
+            if isinstance(runtime, dict):
+                runtime['options'] = nonzero(runtime.get('options'))
+    containerd = get(values, schema.containerd)
+    if isinstance(containerd, dict):
+        containerd.pop('default_runtime_name', None)
+    return values
+
+
+def differences(before, after, path=()):
+    """Paths (dotted) where two value trees differ."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        found = []
+        for key in sorted(set(before) | set(after)):
+            if key not in before:
+                found.append('%s added' % ts.dotted(path + (key,)))
+            elif key not in after:
+                found.append('%s removed' % ts.dotted(path + (key,)))
+            else:
+                found += differences(before[key], after[key], path + (key,))
+        return found
+    return [] if before == after else ['%s changed' % ts.dotted(path)]
+
+
+def compare_effective(before, after, request, schema, want_default):
+    """What differs between two dumps beyond what was asked; empty when only the runtime (and default) changed.
+
+    ``want_default``: the default_runtime_name the after dump must show (None: any runtime it names).
+    """
+    problems = differences(_normalise(before, schema, request.name), _normalise(after, schema, request.name))
+    runtime = get(after, schema.runtime(request.name))
+    if request.state == 'present':
+        if not isinstance(runtime, dict):
+            problems.append('the runtime "%s" is missing from the effective configuration' % request.name)
+        else:
+            if runtime.get('runtime_type') != RUNC_V2:
+                problems.append('runtime_type of "%s" is %r' % (request.name, runtime.get('runtime_type')))
+            if (runtime.get('options') or {}).get('BinaryName') != request.runtime_path:
+                problems.append('BinaryName of "%s" is %r' % (request.name, (runtime.get('options') or {}).get(
+                    'BinaryName')))
+    default = get(after, schema.containerd + ('default_runtime_name',))
+    if want_default is not None and default != want_default:
+        problems.append('default_runtime_name is %r, not %r' % (default, want_default))
+    runtimes = get(after, schema.runtimes) or {}
+    if default not in runtimes:
+        problems.append('default_runtime_name "%s" names no runtime: the CRI plugin would fail to start' % default)
+    return problems

@@ -1,0 +1,400 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The containerd_runtime operation: config.toml, then the running containerd, verified, rolled back on failure.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. It holds no AnsibleModule so that pytest can drive it directly.
+
+``Converge.run`` reads the file once, asks the installed containerd for its
+version and the effective configuration (``containerd config dump``), plans
+the new text (``_containerd``), dumps the new text from a temp file beside
+the real one and refuses it unless the effective configuration differs
+only by what was asked, decides, writes once, then ``Applier`` restarts
+containerd (it has no reload), checks that it came back with the CRI plugin
+loaded, and on failure restores the file, restarts containerd with it and
+fails with containerd's own error.
+
+What the running containerd started with: a process that started after the
+last change (ctime, which no user can set back) of every file it loads runs
+what those files say now; one that started before may run something older.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import time
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError, ServiceError
+
+CRI_PLUGIN = 'cri'
+
+
+class Request(object):
+    """What the user asked for (the module's parameters)."""
+
+    def __init__(self, path=cd.DEFAULT_PATH, name='nvidia', runtime_path='/usr/bin/nvidia-container-runtime',
+                 default_runtime=None, state='present', apply='auto', timeout=60.0):
+        self.path = path
+        self.name = name
+        self.runtime_path = runtime_path
+        self.default_runtime = default_runtime
+        self.state = state
+        self.apply = apply
+        self.timeout = timeout
+
+
+class Tools(object):
+    """The installed containerd and ctr, through ``run(argv) -> (rc, out, err)``."""
+
+    def __init__(self, run, containerd='containerd', ctr='ctr'):
+        self.run = run
+        self.containerd = containerd
+        self.ctr = ctr
+
+    def version(self):
+        rc, out, err = self.run([self.containerd, '--version'])
+        return cd.binary_version(out) if rc == 0 else None
+
+    def dump(self, path):
+        """``(values, None)`` of ``containerd --config PATH config dump``, or ``(None, containerd's error)``."""
+        argv = [self.containerd, 'config', 'default'] if path is None else \
+            [self.containerd, '--config', path, 'config', 'dump']
+        rc, out, err = self.run(argv)
+        if rc != 0:
+            return None, (err or out or 'exit status %s' % rc).strip()
+        return cd.loads(out, '`%s`' % ' '.join(argv)), None
+
+    def plugins(self, address):
+        """``{plugin id: status}`` from ``ctr plugins ls``, or None when containerd does not answer."""
+        rc, out, err = self.run([self.ctr, '--address', address, '--timeout', '5s', 'plugins', 'ls'])
+        if rc != 0:
+            return None
+        found = {}
+        for line in out.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 4:
+                found[fields[1]] = fields[-1]
+        return found
+
+
+def start_time(pid, proc='/proc', now=time.time):
+    """When process ``pid`` started, in seconds since the epoch (to a clock tick), or None.
+
+    From the uptime (centiseconds), not the boot time in /proc/stat (whole seconds, up to 1 s early).
+    """
+    try:
+        with open('%s/%d/stat' % (proc, pid)) as handle:
+            ticks = int(handle.read().rsplit(')', 1)[1].split()[19])
+        with open('%s/uptime' % proc) as handle:
+            uptime = float(handle.read().split()[0])
+    except (IOError, OSError, IndexError, ValueError):
+        return None
+    return now() - (uptime - ticks / float(os.sysconf('SC_CLK_TCK')))
+
+
+def changed_since(paths, started, tick=None):
+    """The files changed (ctime) after the process ``started``.
+
+    The start time counts in clock ticks (1/100 s), rounded down: a change
+    within two ticks of it was read by the process (containerd reads its
+    configuration after it starts, not before).
+    """
+    tick = tick if tick is not None else 1.0 / os.sysconf('SC_CLK_TCK')
+    found = []
+    for path in paths:
+        try:
+            if os.stat(path).st_ctime > started + 2 * tick:
+                found.append(path)
+        except OSError:
+            found.append(path)
+    return found
+
+
+def find_pid(config_path, default_path=cd.DEFAULT_PATH):
+    """The containerd process that reads ``config_path`` (``--config``/``-c``, else the default path), or None."""
+    wanted = os.path.realpath(config_path)
+    for pid in sorted(_host.pids_named('containerd')):
+        argv = _host.process_argv(pid)
+        config = default_path
+        for index, arg in enumerate(argv[1:], 1):
+            if arg in ('--config', '-c') and index + 1 < len(argv):
+                config = argv[index + 1]
+            elif arg.startswith('--config='):
+                config = arg.split('=', 1)[1]
+        if argv[1:2] and argv[1] in ('config',):
+            continue
+        if os.path.realpath(config) == wanted:
+            return pid
+    return None
+
+
+def containerd_error(log):
+    """containerd's own words from its log: a failed CRI plugin, or the last error/fatal line."""
+    found = None
+    for line in (log or '').splitlines():
+        if 'failed to load plugin io.containerd.grpc.v1.cri' in line or 'failed to load plugin io.containerd.cri' in line:
+            match = re.search(r'error="((?:[^"\\]|\\.)*)"', line)
+            found = 'CRI plugin: ' + (match.group(1).replace('\\"', '"') if match else line)
+        elif found is None and ('level=fatal' in line or 'containerd: ' in line):
+            found = line.strip()
+    return found
+
+
+class Result(dict):
+    def __init__(self, path):
+        dict.__init__(self, changed=False, path=path, backup_file=None, action='none', file_changed=False,
+                      schema=None, containerd_version=None, containerd_pid_before=None, containerd_pid_after=None,
+                      changes=[], msg='', before='', after='', warnings=[])
+
+
+class Converge(object):
+    """One containerd_runtime run."""
+
+    def __init__(self, request, service, tools, backup=None, label=None, poll=0.2):
+        self.request = request
+        self.service = service
+        self.tools = tools
+        self.backup = backup
+        self.label = label
+        self.poll = poll
+        self.result = Result(request.path)
+        self.warnings = self.result['warnings'] = []
+
+    def run(self, check_mode=False):
+        request, result = self.request, self.result
+        real = _host.resolve_path(request.path, reader='containerd')
+        version = self.tools.version()
+        result['containerd_version'] = '.'.join(str(part) for part in version) if version else None
+        dschema = cd.dump_schema(version)
+        if not check_mode and request.state == 'present' and _host.ensure_directory(real):
+            result['changed'] = True
+        with _host.directory_lock(real):
+            current = _host.read_file(request.path, real, cd.MAX_CONFIG_BYTES, reader='containerd')
+            text = current.text if current.exists else ''
+            config = cd.Config(text, request.path)
+            schema = cd.choose_schema(version, config.version, request.path) if current.exists else dschema
+            result['schema'] = schema.version
+            before, error = self.tools.dump(real if current.exists else None)
+            if before is None:
+                raise DocumentError('%s: containerd already refuses this file, nothing was changed: %s'
+                                    % (request.path, error))
+            loaded = [path for path in before.get('imports') or [] if path]
+            self.check_imports(real, loaded, version)
+            if not current.exists and request.state == 'absent':
+                result['msg'] = '%s does not exist; nothing to remove' % request.path
+                return result
+            if not current.exists:
+                config = cd.Config('version = %d\n' % schema.version, request.path)
+            planned = cd.plan(config, request, schema, before, dschema)
+            self.warnings.extend(planned.warnings)
+            file_changed = planned.text != text
+            result.update(file_changed=file_changed, before=text, after=planned.text, changes=planned.changes,
+                          changed=result['changed'] or file_changed)
+            if request.state == 'present' and not _host.which(request.runtime_path):
+                self.warnings.append('the runtime binary "%s" was not found on this host; containerd accepts the '
+                                     'runtime but containers that use it will fail. Install the %s package.'
+                                     % (request.runtime_path, cd.RUNTIME_PACKAGE))
+            if file_changed:
+                self.check_effective(real, planned.text, before, dschema)
+            pid = self.service.pid()
+            result['containerd_pid_before'] = pid
+            stale = []
+            if pid and not file_changed:
+                started = start_time(pid)
+                stale = changed_since([real] + loaded, started) if started else [real]
+            action = result['action'] = decide(request, pid, file_changed, stale)
+            if action == 'restart':
+                result['changed'] = True
+            if not check_mode:
+                self.write(real, current, planned.text)
+                if action == 'restart':
+                    address = cd.get(before, ('grpc', 'address')) or '/run/containerd/containerd.sock'
+                    Applier(request, self.service, self.tools, real, current, self.label, self.poll,
+                            address).restart(pid)
+            result['containerd_pid_after'] = pid if check_mode else self.service.pid()
+            result['msg'] = message(result, stale, check_mode)
+            return result
+
+    def check_imports(self, real, loaded, version):
+        """containerd 1.x takes an imported CRI table whole: an insertion in the main file would not count."""
+        if not version or version[0] >= 2:
+            return
+        imports = {}
+        for path in loaded:
+            if os.path.realpath(path) == os.path.realpath(real):
+                continue
+            imported = _host.read_file(path, _host.resolve_path(path, reader='containerd'), cd.MAX_CONFIG_BYTES,
+                                       reader='containerd')
+            if imported.exists:
+                imports[path] = cd.loads(imported.text, path)
+        for path in sorted(imports):
+            for schema in (cd.SCHEMAS[1], cd.SCHEMAS[2]):
+                if cd.get(imports[path], schema.cri) is not None:
+                    raise DocumentError(
+                        '%s imports %s, which sets the CRI plugin table (%s): containerd %s replaces the whole CRI '
+                        'table with an imported one, so the runtime must be registered in %s, not in %s. Nothing '
+                        'was changed; move the CRI settings into one file.'
+                        % (self.request.path, path, cd.ts.dotted(schema.cri), '.'.join(map(str, version)), path,
+                           self.request.path))
+
+    def check_effective(self, real, text, before, dschema):
+        """Dump the planned text from a temp file beside the real one: only the runtime (and default) may change."""
+        directory = os.path.dirname(real)
+        probe = os.path.join(directory, '%sprobe-%s.tmp' % (_host.temp_prefix(real), os.urandom(4).hex()))
+        if not os.path.isdir(directory):
+            directory = None
+        try:
+            if directory is not None:
+                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _host.NOFOLLOW | _host.CLOEXEC, 0o600)
+                try:
+                    _host.write_all(fd, text.encode('utf-8'))
+                finally:
+                    os.close(fd)
+                after, error = self.tools.dump(probe)
+            else:
+                after, error = None, 'no directory to probe in (check mode before it is created)'
+        finally:
+            if directory is not None:
+                try:
+                    os.unlink(probe)
+                except OSError:
+                    pass
+        if after is None:
+            if directory is None:
+                return
+            raise DocumentError('%s: containerd refuses the planned file, which was not written: %s'
+                                % (self.request.path, error))
+        request = self.request
+        if request.state == 'present' and request.default_runtime:
+            want_default = request.name
+        elif request.state == 'present' and request.default_runtime is None:
+            want_default = cd.get(before, dschema.containerd + ('default_runtime_name',))
+        else:
+            want_default = None  # restored to what it was before this module set it
+        problems = cd.compare_effective(before, after, self.request, dschema, want_default)
+        if problems:
+            raise DocumentError('%s: the planned change would also change containerd\'s effective configuration '
+                                '(per `containerd config dump`): %s. Nothing was written.'
+                                % (self.request.path, '; '.join(problems)))
+
+    def write(self, real, current, text):
+        _host.remove_stale_temps(real)
+        if current.exists and text == current.text:
+            return
+        if not current.exists and not text:
+            return
+        backup = self.backup
+        if backup is True or (backup is not None and not callable(backup)):
+            backup = _host.backup_copy
+        if backup is not None and current.exists:
+            self.result['backup_file'] = backup(real)
+        _host.write_atomic(real, text.encode('utf-8'), like=current.stat, label=self.label)
+
+
+def decide(request, pid, file_changed, stale):
+    """none, restart or deferred (pure): containerd has no reload, so a difference means a restart."""
+    if not pid:
+        return 'deferred' if file_changed else 'none'
+    if not file_changed and not stale:
+        return 'none'
+    return 'deferred' if request.apply == 'none' else 'restart'
+
+
+def message(result, stale, predicted):
+    path = result['path']
+    parts = ['%s %s' % (path, ('would change' if predicted else 'changed') if result['file_changed']
+                        else 'already up to date')]
+    if result['changes']:
+        parts.append(', '.join(result['changes']))
+    action = result['action']
+    verb = 'would be' if predicted else 'was'
+    if action == 'restart':
+        why = 'the file changed' if result['file_changed'] else \
+            'it started before %s last changed' % ', '.join(stale)
+        parts.append('containerd %s restarted (%s; running containers keep running)' % (verb, why))
+    elif action == 'deferred':
+        parts.append('containerd is not running; the file takes effect when it starts'
+                     if not result['containerd_pid_before'] else 'not applied (apply=none)')
+    else:
+        parts.append('containerd already runs it' if result['containerd_pid_before'] else 'containerd is not running')
+    return '; '.join(parts)
+
+
+class Applier(object):
+    """Restarts containerd on the new file; restores the file and containerd when it does not come back whole."""
+
+    def __init__(self, request, service, tools, real, previous, label, poll, address):
+        self.request = request
+        self.service = service
+        self.tools = tools
+        self.real = real
+        self.previous = previous
+        self.label = label
+        self.poll = poll
+        self.address = address
+
+    def restore(self):
+        if not self.previous.exists:
+            try:
+                os.unlink(self.real)
+            except OSError:
+                pass
+            return
+        _host.write_atomic(self.real, self.previous.text.encode('utf-8'), like=self.previous.stat, label=self.label)
+
+    def wait(self, pid_before, cri_before):
+        """``(True, None)`` once a new containerd answers with the CRI plugin as before, else ``(False, why)``."""
+        deadline = time.time() + self.request.timeout
+        why = 'containerd did not answer on %s' % self.address
+        while time.time() < deadline:
+            pid = self.service.pid()
+            if pid and pid != pid_before:
+                plugins = self.tools.plugins(self.address)
+                if plugins is not None:
+                    status = plugins.get(CRI_PLUGIN)
+                    if cri_before == 'ok' and status != 'ok':
+                        return False, 'the CRI plugin did not load (status %s)' % status
+                    return True, None
+            elif pid_before and not pid:
+                why = 'containerd exited'
+            time.sleep(self.poll)
+        return False, why
+
+    def restart(self, pid_before):
+        before = self.tools.plugins(self.address) if pid_before else None
+        cri_before = (before or {}).get(CRI_PLUGIN)
+        started = time.time()
+        error = None
+        try:
+            self.service.restart()
+        except GpufleetError as exc:
+            error = str(exc)
+        ok, why = self.wait(pid_before, cri_before) if error is None else (False, error)
+        if ok:
+            return
+        said = cd_error(self.service, started) or error or why
+        self.restore()
+        failed_pid = self.service.pid()
+        back_error = None
+        try:
+            self.service.restart()
+        except GpufleetError as exc:
+            back_error = str(exc)
+        back, back_why = (False, back_error) if back_error else self.wait(failed_pid, None)
+        if not back:
+            raise ServiceError('%s: containerd did not come back with the new configuration (%s); the previous file '
+                               'was restored but containerd did not come back either (%s). containerd said: %s'
+                               % (self.request.path, why, back_why, said))
+        raise ServiceError('%s: containerd did not come back with the new configuration (%s); the previous file was '
+                           'restored and containerd restarted with it. containerd said: %s'
+                           % (self.request.path, why, said))
+
+
+def cd_error(service, since):
+    return containerd_error(service.logs(since=since, lines=200))

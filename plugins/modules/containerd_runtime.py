@@ -1,0 +1,257 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: containerd_runtime
+short_description: Register a container runtime (nvidia) in containerd's config.toml and apply it
+version_added: 0.1.0
+description:
+  - Adds the runtime's tables to the CRI plugin of containerd's C(config.toml)
+    (C([plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]) with C(runtime_type = "io.containerd.runc.v2")
+    and C(options.BinaryName)), optionally makes it C(default_runtime_name), then makes the running containerd use it.
+  - B(Insert, never rewrite.) The tables are appended to the file as one block between two marker comments; no existing
+    line changes (comments, key order, quoting, indentation, CRLF all stay). O(default_runtime=true) changes the value
+    of an existing C(default_runtime_name) in place and keeps its previous value in a marker comment above it.
+  - B(Why not a drop-in.) containerd 1.x takes an imported file's CRI plugin table whole, replacing the main file's
+    (sandbox image, registry, the runc runtime's C(SystemdCgroup)); a drop-in that adds only the runtime would silently
+    reset them. See the collection's C(docs/containerd.md) for the measurements.
+  - The schema follows the installed containerd and the file. containerd 1.x; version 1 files get
+    C(plugins.cri) tables, version 2 files C(plugins."io.containerd.grpc.v1.cri"); a C(version = 3) file is refused on
+    containerd 1.x, which ignores its tables without a word. containerd 2.x; version 2 or 3 (C(io.containerd.cri.v1.runtime)).
+  - The runtime inherits the default runtime's C(SystemdCgroup) (the kubelet's cgroup driver must match). When the file
+    defines no runtime at all, the block also carries containerd's default runtimes (C(runc)) as containerd reports
+    them; defining one runtime replaces containerd's defaults, and the CRI plugin fails when its default runtime is gone.
+  - B(Checked with containerd itself before writing.) The planned file is written to a temporary file beside the real
+    one and C(containerd config dump) must show the same effective configuration as before except the runtime (and
+    C(default_runtime_name) when asked); otherwise nothing is written. Invalid TOML, a runtime of that name already
+    defined differently, a C(runtimes) table written inline, or (containerd 1.x) an imported file that carries the CRI
+    table make the module fail with the file untouched.
+  - B(Apply.) containerd has no reload; it is restarted through the init system, only when the effective configuration
+    differs from what the running containerd started with, that is when this run changed the file, or when a file it
+    loads (the main file and its imports) changed after the containerd process started. Running containers keep running
+    (their shims are separate processes). containerd must come back, answer on its socket and load the CRI plugin if
+    it had it before; otherwise the previous file is restored, containerd restarted with it, and the module fails with
+    containerd's own error (for example the CRI plugin's "invalid plugin config").
+  - The same root-only file rules as M(gpufleet.nvidia.docker_runtime) apply to the file and its directories.
+author:
+  - gpufleet.nvidia maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Predicts the file change and the restart (RV(action)) without writing or restarting.
+  diff_mode:
+    support: full
+    details:
+      - Shows the file before and after, with the file path as header.
+  idempotent:
+    support: full
+options:
+  path:
+    description:
+      - containerd's configuration file (the one containerd is started with, C(--config)).
+      - When it does not exist, the smallest file that keeps containerd's defaults is created (its C(version) line and
+        the block).
+    type: path
+    default: /etc/containerd/config.toml
+  name:
+    description:
+      - The runtime name (the Kubernetes RuntimeClass handler).
+    type: str
+    default: nvidia
+  runtime_path:
+    description:
+      - The runtime executable, written as C(options.BinaryName).
+      - There is no C(runtime_args); containerd's runc shim passes no arguments to the runtime binary.
+    type: str
+    default: /usr/bin/nvidia-container-runtime
+  default_runtime:
+    description:
+      - Whether the runtime is the CRI plugin's C(default_runtime_name).
+      - V(true) sets it (the previous value is kept in a marker comment); V(false) puts back what this module changed;
+        omitted leaves it as it is.
+    type: bool
+  state:
+    description:
+      - V(present) registers the runtime; V(absent) removes exactly what this module added (the block, and its
+        C(default_runtime_name) change).
+    type: str
+    choices: [present, absent]
+    default: present
+  backup:
+    description:
+      - Create a backup file with a timestamp before changing the file.
+    type: bool
+    default: false
+  apply:
+    description:
+      - V(auto) and V(restart) restart containerd when its running configuration differs from the files (containerd
+        has no reload, so both mean the same).
+      - V(none) only writes the file; RV(action=deferred) when containerd runs something else.
+    type: str
+    choices: [auto, restart, none]
+    default: auto
+  service_name:
+    description:
+      - The init system's name for containerd's service.
+    type: str
+    default: containerd
+  apply_timeout:
+    description:
+      - Seconds to wait for containerd to answer after a restart (and again after a rollback).
+    type: int
+    default: 60
+notes:
+  - Requires root on the managed host, and C(containerd) and C(ctr) (both in the containerd package).
+seealso:
+  - module: gpufleet.nvidia.docker_runtime
+    description: The same for dockerd.
+'''
+
+EXAMPLES = r'''
+- name: Register the nvidia runtime with containerd (containers keep running)
+  gpufleet.nvidia.containerd_runtime:
+    state: present
+
+- name: Make nvidia the default runtime, keeping a backup
+  gpufleet.nvidia.containerd_runtime:
+    default_runtime: true
+    backup: true
+
+- name: Write the file only; restart containerd later in a window
+  gpufleet.nvidia.containerd_runtime:
+    apply: none
+
+- name: Remove exactly what was added
+  gpufleet.nvidia.containerd_runtime:
+    state: absent
+'''
+
+RETURN = r'''
+path:
+  description: The configuration file, as given.
+  returned: always
+  type: str
+  sample: /etc/containerd/config.toml
+backup_file:
+  description: The backup made before the change, when O(backup=true) and the file changed.
+  returned: always
+  type: str
+  sample: /etc/containerd/config.toml.12345.2026-12-01@05:30:00~
+action:
+  description:
+    - What was (in check mode, would be) done to the running containerd.
+    - V(none) nothing needed; V(restart) restart through the init system; V(deferred) the file was written but
+      containerd is not running or O(apply=none).
+  returned: always
+  type: str
+  choices: [none, restart, deferred]
+  sample: restart
+file_changed:
+  description: Whether the file content changed (would change in check mode).
+  returned: always
+  type: bool
+  sample: true
+changes:
+  description: What changed in the file, in words.
+  returned: always
+  type: list
+  elements: str
+  sample: ['runtime "nvidia" added (plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia)']
+schema:
+  description: The config version the tables were written for (1, 2 or 3).
+  returned: always
+  type: int
+  sample: 2
+containerd_version:
+  description: The installed containerd's version.
+  returned: always
+  type: str
+  sample: 1.6.20
+containerd_pid_before:
+  description: PID of the containerd that reads O(path) before the run; null when none was running.
+  returned: always
+  type: int
+  sample: 1234
+containerd_pid_after:
+  description: PID of that containerd after the run.
+  returned: always
+  type: int
+  sample: 1240
+msg:
+  description: What was found and done, in one line.
+  returned: always
+  type: str
+  sample: "/etc/containerd/config.toml changed; containerd was restarted (the file changed; running containers keep running)"
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_system import detect
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
+
+ARGUMENT_SPEC = dict(
+    path=dict(type='path', default=_containerd.DEFAULT_PATH),
+    name=dict(type='str', default='nvidia'),
+    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
+    default_runtime=dict(type='bool'),
+    state=dict(type='str', default='present', choices=['present', 'absent']),
+    backup=dict(type='bool', default=False),
+    apply=dict(type='str', default='auto', choices=['auto', 'restart', 'none']),
+    service_name=dict(type='str', default='containerd'),
+    apply_timeout=dict(type='int', default=60),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+
+    def run_command(argv):
+        return module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
+
+    init = detect(run_command=run_command)
+    tools = dict(init['evidence']['tools'])
+    tools['journalctl'] = module.get_bin_path('journalctl')
+    service = Service(init['init_system'], params['service_name'], run_command, tools,
+                      lambda: _containerd_apply.find_pid(params['path']))
+    containerd = module.get_bin_path('containerd')
+    if containerd is None:
+        module.fail_json(msg='containerd is not installed on this host (no containerd executable found); '
+                             'install the containerd package first.', path=params['path'])
+    programs = _containerd_apply.Tools(run_command, containerd=containerd,
+                                       ctr=module.get_bin_path('ctr') or 'ctr')
+    request = _containerd_apply.Request(
+        path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
+        default_runtime=params['default_runtime'], state=params['state'], apply=params['apply'],
+        timeout=params['apply_timeout'])
+    try:
+        result = _containerd_apply.Converge(request, service, programs, backup=params['backup'] or None,
+                                            label=_host.selinux_labeller(module)).run(check_mode=module.check_mode)
+    except GpufleetError as exc:
+        module.fail_json(msg=str(exc), path=params['path'])
+    except (IOError, OSError) as exc:
+        module.fail_json(msg='%s: %s. Nothing more was done.' % (params['path'], exc), path=params['path'])
+
+    for warning in result.pop('warnings'):
+        module.warn(warning)
+    before, after = result.pop('before'), result.pop('after')
+    if module._diff:
+        result['diff'] = dict(before=before, after=after, before_header=params['path'], after_header=params['path'])
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,250 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A real containerd (Debian's containerd 1.6) with every path private, for the containerd_runtime tests.
+
+Like tests/dockerd: containerd runs inside a private mount namespace
+(``unshare --mount --propagation private``, held open across restarts by a
+sleeping process and entered with ``nsenter``) with tmpfs over
+``/etc/containerd``, ``/run/containerd``, ``/var/lib/containerd`` and
+``/run``, and its config file sets its own ``root``, ``state`` and gRPC
+socket under a private directory: the host's containerd, its files and its
+service are never touched. ``containerd config dump`` runs in the same
+namespace. Every process it leaves behind (shims, container processes) is
+found by its private directory and ended by PID.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
+
+CONTAINERD = shutil.which('containerd') or '/usr/bin/containerd'
+CTR = shutil.which('ctr') or '/usr/bin/ctr'
+BUSYBOX = '/bin/busybox'
+PRIVATE = ('/etc/containerd', '/run/containerd', '/var/lib/containerd', '/run')
+
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return 'needs root'
+    for tool in (CONTAINERD, CTR):
+        if not os.path.exists(tool):
+            return '%s not installed (apt-get install containerd)' % tool
+    if not shutil.which('unshare') or not shutil.which('nsenter'):
+        return 'unshare/nsenter not installed (util-linux)'
+    return None
+
+
+def settings(base):
+    """The lab's own paths, as the top of its config.toml."""
+    return ('root = "%s/root"\nstate = "%s/state"\n\n[grpc]\n  address = "%s/containerd.sock"\n'
+            % (base, base, base))
+
+
+class LabContainerd(object):
+    """One private containerd reading ``base/config.toml``."""
+
+    def __init__(self, base):
+        self.base = base
+        self.config = os.path.join(base, 'config.toml')
+        self.socket = os.path.join(base, 'containerd.sock')
+        self.log = os.path.join(base, 'containerd.log')
+        self.proc = None
+        self.holder = None
+        self.starts = 0
+
+    def namespace(self):
+        if self.holder is None or self.holder.poll() is not None:
+            mounts = ' && '.join('{ [ ! -d %s ] || mount -t tmpfs tmpfs %s; }' % (path, path) for path in PRIVATE)
+            script = '%s && echo ready && exec sleep 86400' % mounts
+            self.holder = subprocess.Popen(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script],
+                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                           stdin=subprocess.DEVNULL)
+            if self.holder.stdout.readline().strip() != b'ready':
+                raise RuntimeError('could not set up the private mount namespace')
+        return self.holder.pid
+
+    def inside(self, argv):
+        return ['nsenter', '--target', str(self.namespace()), '--mount', '--'] + list(argv)
+
+    def run(self, argv):
+        """``run(argv) -> (rc, out, err)`` inside the namespace (containerd config dump, ctr)."""
+        proc = subprocess.run(self.inside(argv), capture_output=True, text=True, timeout=60)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def start(self, wait=True, timeout=30):
+        with open(self.log, 'ab') as log:
+            # nsenter without --fork execs containerd itself: the Popen PID is containerd's.
+            self.proc = subprocess.Popen(self.inside([CONTAINERD, '--config', self.config]), stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.starts += 1
+        if wait:
+            self.wait_up(timeout)
+
+    def answers(self):
+        rc, out, err = self.run([CTR, '--address', self.socket, '--timeout', '2s', 'version'])
+        return rc == 0
+
+    def wait_up(self, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError('containerd exited with %s: %s' % (self.proc.returncode, self.log_tail()))
+            if self.answers():
+                return
+            time.sleep(0.1)
+        raise RuntimeError('containerd did not answer in %ss: %s' % (timeout, self.log_tail()))
+
+    def pid(self):
+        if self.proc is not None and self.proc.poll() is None:
+            return self.proc.pid
+        return None
+
+    def stop(self, timeout=30):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self):
+        """What ``systemctl restart containerd`` does: stop, start; a config containerd refuses leaves it down."""
+        self.stop()
+        self.start(wait=False)
+        deadline = time.time() + 30
+        while time.time() < deadline and self.proc.poll() is None:
+            if self.answers():
+                break
+            time.sleep(0.1)
+
+    def dump(self, path=None):
+        """The effective configuration of ``path`` (default: the lab's config.toml), as containerd computes it."""
+        rc, out, err = self.run([CONTAINERD, '--config', path or self.config, 'config', 'dump'])
+        assert rc == 0, err
+        return apply.cd.loads(out, 'dump')
+
+    def ctr(self, *args):
+        rc, out, err = self.run([CTR, '--address', self.socket] + list(args))
+        assert rc == 0, '%s: %s' % (args, err or out)
+        return out
+
+    def log_tail(self):
+        return _host.tail_file(self.log, 8192)
+
+    def leftovers(self):
+        found = []
+        for entry in os.listdir('/proc'):
+            if entry.isdigit() and int(entry) != os.getpid() and self.base in ' '.join(_host.process_argv(int(entry))):
+                found.append(int(entry))
+        return found
+
+    def cleanup(self):
+        self.stop()
+        for _round in range(3):
+            pids = self.leftovers()
+            if not pids:
+                break
+            for pid in pids:
+                for child in _children(pid):
+                    _kill(child)
+                _kill(pid)
+            time.sleep(0.5)
+        if self.holder is not None:
+            self.holder.kill()
+            self.holder.wait()
+            self.holder.stdout.close()
+        subprocess.run(['umount', '-R', os.path.join(self.base, 'rootfs')], capture_output=True)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _children(pid):
+    try:
+        with open('/proc/%d/task/%d/children' % (pid, pid)) as handle:
+            return [int(p) for p in handle.read().split()]
+    except (IOError, OSError):
+        return []
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class LabService(object):
+    """The init system's side for the module (pid, restart, logs), played by the fixture."""
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.restarts = 0
+
+    def pid(self):
+        return self.lab.pid()
+
+    def restart(self):
+        self.restarts += 1
+        self.lab.restart()
+
+    def logs(self, since=None, lines=200):
+        return self.lab.log_tail()
+
+
+@pytest.fixture
+def lab_containerd(request):
+    reason = _skip_reason()
+    if reason:  # a missing prerequisite fails loudly: CI installs everything (scripts/bootstrap)
+        pytest.fail('real-containerd tests cannot run: %s' % reason, pytrace=False)
+    base = tempfile.mkdtemp(prefix='gfcd-', dir='/tmp')
+    os.chmod(base, 0o755)
+    lab = LabContainerd(base)
+    marker = request.node.get_closest_marker('config_toml')
+    body = marker.args[0] if marker else ''
+    head = marker.kwargs.get('head', '') if marker else ''
+    newline = marker.kwargs.get('newline', '\n') if marker else '\n'
+    text = 'version = 2\n' + head + settings(base) + body
+    for name, content in (marker.kwargs.get('files', {}) if marker else {}).items():
+        with open(os.path.join(base, name), 'w') as handle:
+            handle.write(content)
+    with open(lab.config, 'wb') as handle:
+        handle.write(text.replace('\n', newline).encode('utf-8'))
+    try:
+        lab.start()
+        yield lab
+    finally:
+        lab.cleanup()
+
+
+@pytest.fixture
+def busybox_rootfs(lab_containerd):
+    """A one-binary root file system (busybox-static) for ``ctr run --rootfs``: no registry, no image."""
+    if not os.path.exists(BUSYBOX):
+        pytest.fail('busybox-static not installed (requirements/apt-dockerd.txt)', pytrace=False)
+    rootfs = os.path.join(lab_containerd.base, 'rootfs')
+    os.makedirs(os.path.join(rootfs, 'bin'))
+    shutil.copy(BUSYBOX, os.path.join(rootfs, 'bin', 'busybox'))
+    for applet in ('sh', 'sleep'):
+        os.symlink('busybox', os.path.join(rootfs, 'bin', applet))
+    return rootfs
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'config_toml(body, head=, newline=, files=): the lab config.toml '
+                            '(version, head, its own paths, body) and files beside it')

@@ -1,0 +1,210 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""_containerd: schema choice, the present/absent plans on a corpus of real config.toml shapes, the dump comparison.
+
+The effective configurations (``*.dump-1.6.20``) were recorded with Debian's
+containerd 1.6.20 (``containerd --config FILE config dump``); the real
+binary checks the same plans in tests/containerd.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+
+CORPUS = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'containerd')
+V16 = (1, 6, 20)
+V2 = (2, 1, 0)
+RUNTIME = '/usr/bin/nvidia-container-runtime'
+
+
+def fixture(name):
+    with open(os.path.join(CORPUS, name), 'rb') as handle:
+        return handle.read().decode('utf-8')
+
+
+def shapes():
+    names = sorted(name[:-len('.dump-1.6.20')] for name in os.listdir(CORPUS) if name.endswith('.dump-1.6.20'))
+    return [(name, newline) for name in names for newline in ('\n', '\r\n')]
+
+
+def planned(text, state='present', version=V16, default_runtime=None, before=None, path='config.toml'):
+    config = cd.Config(text, path)
+    schema = cd.choose_schema(version, config.version, path)
+    request = apply.Request(path=path, runtime_path=RUNTIME, state=state, default_runtime=default_runtime)
+    return cd.plan(config, request, schema, before or {}, cd.dump_schema(version)), schema
+
+
+def strip_ours(values, schema, names):
+    """``values`` without the runtimes ``names`` and the tables that only held them."""
+    values = copy.deepcopy(values)
+    runtimes = cd.get(values, schema.runtimes)
+    for name in names:
+        runtimes.pop(name, None)
+    for size in range(len(schema.runtimes), 0, -1):
+        parent = cd.get(values, schema.runtimes[:size - 1])
+        if isinstance(parent, dict) and parent.get(schema.runtimes[size - 1]) == {}:
+            del parent[schema.runtimes[size - 1]]
+    return values
+
+
+@pytest.mark.parametrize('name, newline', shapes())
+def test_present_appends_one_block_and_keeps_every_byte_and_value(name, newline):
+    text = fixture(name + '.toml').replace('\n', newline)
+    before = cd.loads(fixture(name + '.dump-1.6.20'), name)
+    plan, schema = planned(text, before=before)
+    assert plan.text.startswith(text.rstrip('\r\n'))            # every original byte, in place
+    assert plan.text[len(text):].count(cd.BEGIN) == 1 or not text.endswith('\n')
+    if newline == '\r\n':
+        assert '\n' not in plan.text.replace('\r\n', '')
+    old, new = cd.loads(text, name), cd.loads(plan.text, name)
+    nvidia = cd.get(new, schema.runtime('nvidia'))
+    assert nvidia['runtime_type'] == 'io.containerd.runc.v2' and nvidia['options']['BinaryName'] == RUNTIME
+    # SystemdCgroup comes from runc, else from the default runtime (the kubelet's cgroup driver must match).
+    default = cd.get(before, cd.SCHEMAS[2].containerd + ('default_runtime_name',))
+    source = cd.get(before, cd.SCHEMAS[2].runtime('runc')) or cd.get(before, cd.SCHEMAS[2].runtime(default))
+    assert nvidia['options'].get('SystemdCgroup', False) == (source.get('options') or {}).get('SystemdCgroup', False)
+    added = ['nvidia']
+    if not cd.get(old, schema.runtimes):
+        # The file defined no runtime: containerd's default runtimes come along, as the dump shows them.
+        added += sorted(cd.get(before, cd.SCHEMAS[2].runtimes))
+        assert cd.get(new, schema.runtime('runc'))['runtime_type'] == 'io.containerd.runc.v2'
+    assert strip_ours(new, schema, added) == strip_ours(old, schema, ())
+    # Re-planning the result changes nothing; absent gives the original back, byte for byte.
+    again, _schema = planned(plan.text, before=before)
+    assert again.text == plan.text and not again.changes
+    back, _schema = planned(plan.text, state='absent')
+    expected = text if text.endswith('\n') else text + newline
+    assert back.text == expected
+
+
+@pytest.mark.parametrize('name, newline', shapes())
+def test_default_runtime_is_set_and_put_back(name, newline):
+    text = fixture(name + '.toml').replace('\n', newline)
+    before = cd.loads(fixture(name + '.dump-1.6.20'), name)
+    plan, schema = planned(text, before=before, default_runtime=True)
+    assert cd.get(cd.loads(plan.text, name), schema.containerd + ('default_runtime_name',)) == 'nvidia'
+    again, _schema = planned(plan.text, before=before, default_runtime=True)
+    assert again.text == plan.text
+    back, _schema = planned(plan.text, state='absent')
+    assert back.text == (text if text.endswith('\n') else text + newline)
+
+
+def test_an_existing_default_keeps_its_line_and_comment():
+    text = fixture('v2-kubeadm.toml')
+    before = cd.loads(fixture('v2-kubeadm.dump-1.6.20'), 'x')
+    plan, _schema = planned(text, before=before, default_runtime=True)
+    assert '      %s"runc"\n      default_runtime_name = "nvidia"\n' % cd.DEFAULT_MARK in plan.text
+    off, _schema = planned(plan.text, before=before, default_runtime=False)
+    assert off.text.startswith(text) and 'default_runtime_name = "runc"' in off.text and cd.DEFAULT_MARK not in off.text
+
+
+@pytest.mark.parametrize('version, file_version, schema', [
+    (V16, None, 1), (V16, 1, 1), (V16, 2, 2), (V2, 2, 2), (V2, 3, 3)])
+def test_schema_follows_the_binary_and_the_file(version, file_version, schema):
+    assert cd.choose_schema(version, file_version, 'f').version == schema
+
+
+@pytest.mark.parametrize('version, file_version, words', [
+    (V16, 3, 'ignores the io.containerd.cri.v1'), (V16, 99, 'reads config versions 1 and 2'),
+    (V2, None, 'reads versions 2 and 3'), (None, 2, "cannot tell the installed containerd's version"),
+    (V16, '2', 'not a number')])
+def test_schemas_containerd_would_misread_are_refused(version, file_version, words):
+    with pytest.raises(DocumentError, match=words):
+        cd.choose_schema(version, file_version, 'f')
+
+
+def test_v3_tables_for_containerd_2():
+    text = fixture('v3-containerd2.toml')
+    before = {'plugins': {'io.containerd.cri.v1.runtime': {'containerd': {'default_runtime_name': 'runc', 'runtimes': {
+        'runc': {'runtime_type': 'io.containerd.runc.v2', 'options': {'SystemdCgroup': True}}}}}}}
+    plan, schema = planned(text, version=V2, before=before)
+    assert '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]' in plan.text
+    assert cd.get(cd.loads(plan.text, 'x'), schema.runtime('nvidia'))['options'] == {
+        'BinaryName': RUNTIME, 'SystemdCgroup': True}
+
+
+@pytest.mark.parametrize('name, words', [('v2-bad.refused.toml', 'not valid TOML'),
+                                         ('v2-inline-runtimes.refused.toml', 'inline value')])
+def test_files_that_cannot_be_edited_safely_are_refused(name, words):
+    with pytest.raises(DocumentError, match=words):
+        planned(fixture(name), before=cd.loads(fixture('config-default-1.6.dump-1.6.20'), 'd'))
+
+
+def test_a_runtime_of_that_name_defined_differently_is_refused_and_an_equal_one_is_left():
+    base = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n' \
+           '  runtime_type = "io.containerd.runc.v2"\n  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+    with pytest.raises(DocumentError, match='already defined at line 2, differently'):
+        planned(base + '    BinaryName = "/opt/other"\n')
+    plan, _schema = planned(base + '    BinaryName = "%s"\n' % RUNTIME)
+    assert not plan.changes and cd.BEGIN not in plan.text
+    gone, _schema = planned(base + '    BinaryName = "%s"\n' % RUNTIME, state='absent')
+    assert gone.text == base + '    BinaryName = "%s"\n' % RUNTIME and gone.warnings
+
+
+def test_a_damaged_block_is_refused():
+    with pytest.raises(DocumentError, match='damaged'):
+        planned('version = 2\n%s\n' % cd.BEGIN)
+
+
+def test_the_dump_comparison_names_what_else_changed():
+    before = cd.loads(fixture('v2-kubeadm.dump-1.6.20'), 'b')
+    request = apply.Request(runtime_path=RUNTIME)
+    schema = cd.SCHEMAS[2]
+    after = copy.deepcopy(before)
+    cd.get(after, schema.runtimes)['nvidia'] = {'runtime_type': 'io.containerd.runc.v2',
+                                                'options': {'BinaryName': RUNTIME, 'SystemdCgroup': True}}
+    assert cd.compare_effective(before, after, request, schema, 'runc') == []
+    # What a naive drop-in does on containerd 1.x: runc's SystemdCgroup and the pause image back at defaults.
+    broken = copy.deepcopy(after)
+    cd.get(broken, schema.runtime('runc'))['options']['SystemdCgroup'] = False
+    cd.get(broken, schema.cri)['sandbox_image'] = 'registry.k8s.io/pause:3.6'
+    problems = cd.compare_effective(before, broken, request, schema, 'runc')
+    assert any('SystemdCgroup' in p for p in problems) and any('sandbox_image' in p for p in problems)
+    # A default runtime that names nothing: the CRI plugin would fail at start.
+    gone = copy.deepcopy(after)
+    del cd.get(gone, schema.runtimes)['runc']
+    assert any('names no runtime' in p for p in cd.compare_effective(before, gone, request, schema, None))
+
+
+@pytest.mark.parametrize('text, version', [
+    ('containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3\n', (1, 6, 20)),
+    ('containerd containerd.io v2.1.4 75cb2b7193e4e490e9fbdc236c0e811ccaba3376\n', (2, 1, 4)),
+    ('', None)])
+def test_binary_version(text, version):
+    assert cd.binary_version(text) == version
+
+
+def test_containerd_error_quotes_the_cri_plugin():
+    log = ('time="x" level=info msg="loading plugin"\n'
+           'time="x" level=warning msg="failed to load plugin io.containerd.grpc.v1.cri" error="invalid plugin config: '
+           '`systemd_cgroup` only works for runtime io.containerd.runtime.v1.linux"\n')
+    assert apply.containerd_error(log) == ('CRI plugin: invalid plugin config: `systemd_cgroup` only works for runtime '
+                                           'io.containerd.runtime.v1.linux')
+
+
+def test_decide():
+    request = apply.Request()
+    assert apply.decide(request, None, True, []) == 'deferred'
+    assert apply.decide(request, 12, False, []) == 'none'
+    assert apply.decide(request, 12, True, []) == 'restart'
+    assert apply.decide(request, 12, False, ['/etc/containerd/config.toml']) == 'restart'
+    assert apply.decide(apply.Request(apply='none'), 12, True, []) == 'deferred'
+
+
+def test_changed_since_counts_only_changes_after_the_start(tmp_path):
+    path = tmp_path / 'config.toml'
+    path.write_text('version = 2\n')
+    ctime = os.stat(str(path)).st_ctime
+    assert apply.changed_since([str(path)], ctime + 1, tick=0.01) == []
+    assert apply.changed_since([str(path)], ctime - 1, tick=0.01) == [str(path)]
+    assert apply.changed_since([str(tmp_path / 'missing')], ctime, tick=0.01) == [str(tmp_path / 'missing')]
