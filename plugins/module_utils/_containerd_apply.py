@@ -284,17 +284,7 @@ class Converge(object):
                                 % (self.request.path, '; '.join(problems)))
 
     def write(self, real, current, text):
-        _host.remove_stale_temps(real)
-        if current.exists and text == current.text:
-            return
-        if not current.exists and not text:
-            return
-        backup = self.backup
-        if backup is True or (backup is not None and not callable(backup)):
-            backup = _host.backup_copy
-        if backup is not None and current.exists:
-            self.result['backup_file'] = backup(real)
-        _host.write_atomic(real, text.encode('utf-8'), like=current.stat, label=self.label)
+        self.result['backup_file'] = _host.replace_config(real, text, current, self.backup, self.label)
 
 
 def decide(request, pid, file_changed, stale):

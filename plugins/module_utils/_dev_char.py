@@ -42,7 +42,7 @@ import time
 from collections import namedtuple
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPIError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, HostFileError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
@@ -620,6 +620,7 @@ class Runner(object):
 
     def __init__(self, module, root='/', lstat=os.lstat, api=None, clock=time.time):
         self.module = module
+        self._run = _module.runner(module)
         self.params = module.params
         self.root = root
         self.lstat = lstat
@@ -635,7 +636,7 @@ class Runner(object):
         self.module.fail_json(msg='%s: %s' % (self.host, msg), **self.result)
 
     def run(self, argv):
-        return self.module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
+        return self._run(argv)
 
     def host_path(self, path):
         return os.path.join(self.root, path.lstrip('/'))
@@ -643,14 +644,12 @@ class Runner(object):
     # ---- facts ----------------------------------------------------------------
     def detect_init(self):
         chosen = self.params['init_system']
-        detected = _init_system.detect('/', run_command=self.run)
-        init = detected['init_system'] if chosen == 'auto' else chosen
+        init, tools, detected = _module.init_system(self.module, self.run, chosen)
         if init not in RENDER_UNIT:
             self.module.warn('%s: no init system recognised (%s): only the udev rule will run %s at boot; set '
                              'init_system if this host runs systemd, SysV or Upstart'
                              % (self.host, detected['reason'], SCRIPT_PATH))
             init = None
-        tools = dict(detected['evidence']['tools'])
         self.service = Service(init, SERVICE, self.run, tools, find_pid=lambda: None) if init else None
         self.result['init_system'] = init
         self.files = boot_files(init)

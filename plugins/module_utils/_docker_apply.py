@@ -253,23 +253,7 @@ class Converge(object):
                              'to start with this file.' % (self.request.path, keys, verb))
 
     def write(self, real, current, merged):
-        _host.remove_stale_temps(real)
-        if merged.text == current.text:
-            return
-        backup = self.backup
-        if backup is True or (backup is not None and not callable(backup)):
-            backup = _host.backup_copy
-        if backup is not None and current.exists:
-            self.result['backup_file'] = backup(real)
-        try:
-            _host.write_atomic(real, merged.text.encode('utf-8'), like=current.stat, label=self.label)
-        except GpufleetError:
-            if self.result['backup_file']:  # a copy of a file that did not change: not worth keeping
-                try:
-                    os.unlink(self.result['backup_file'])
-                except OSError:
-                    pass
-            raise
+        self.result['backup_file'] = _host.replace_config(real, merged.text, current, self.backup, self.label)
 
 
 def converge(request, service, api, check_mode=False, backup=None, label=None, validator=None, option_keys=None,

@@ -465,6 +465,33 @@ def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None):
         os.close(dfd)
 
 
+def replace_config(real, text, current, backup=None, label=None):
+    """Write ``text`` over the configuration file ``current`` (a HostFile read from ``real``), unless it is the same.
+
+    Temp files a killed writer left are removed first (call with the
+    directory lock held). ``backup``: True (``backup_copy``) or ``backup(real)
+    -> name``, made only of a file that exists and removed again when the write
+    fails. Returns the backup's name or None. Raises HostFileError; the file is
+    then as it was.
+    """
+    remove_stale_temps(real)
+    if text == current.text:
+        return None
+    if backup is True or (backup is not None and not callable(backup)):
+        backup = backup_copy
+    made = backup(real) if backup is not None and current.exists else None
+    try:
+        write_atomic(real, text.encode('utf-8'), like=current.stat, label=label)
+    except HostFileError:
+        if made:  # a copy of a file that did not change: not worth keeping
+            try:
+                os.unlink(made)
+            except OSError:
+                pass
+        raise
+    return made
+
+
 def remove_stale_temps(path):
     """Remove temp files a killed writer left next to ``path``; call with the directory lock held."""
     directory = os.path.dirname(os.path.abspath(path))

@@ -24,7 +24,7 @@ import sys
 import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
@@ -55,6 +55,7 @@ class Deployer(object):
 
     def __init__(self, module):
         self.module = module
+        self._run = _module.runner(module)
         self.params = dict(module.params)
         self.host = os.uname()[1]
         self.result = {'changed': False, 'actions': []}
@@ -66,7 +67,7 @@ class Deployer(object):
         self.module.fail_json(msg='%s: %s' % (self.host, msg), actions=self.result['actions'], **extra)
 
     def run(self, argv):
-        return self.module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
+        return self._run(argv)
 
     def write_file(self, path, text, mode):
         """Replace a root-owned file (unit, script, program) in a root-only directory, atomically.
@@ -108,10 +109,7 @@ class Deployer(object):
     # ---- facts ----------------------------------------------------------------
     def detect(self):
         p = self.params
-        detected = _init_system.detect('/', run_command=self.run)
-        tools = dict(detected['evidence']['tools'])
-        tools['journalctl'] = self.module.get_bin_path('journalctl')
-        init = detected['init_system'] if p['init_system'] == 'auto' else p['init_system']
+        init, tools, detected = _module.init_system(self.module, self.run, p['init_system'])
         if init == 'unknown':
             self.fail('no init system recognised (%s); set init_system to systemd, sysvinit or upstart if this host '
                       'really runs one' % detected['reason'])

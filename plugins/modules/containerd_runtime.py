@@ -198,8 +198,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_system import detect
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
 
 ARGUMENT_SPEC = dict(
@@ -219,13 +218,9 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
 
-    def run_command(argv):
-        return module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
-
-    init = detect(run_command=run_command)
-    tools = dict(init['evidence']['tools'])
-    tools['journalctl'] = module.get_bin_path('journalctl')
-    service = Service(init['init_system'], params['service_name'], run_command, tools,
+    run_command = _module.runner(module)
+    init, tools, unused_detected = _module.init_system(module, run_command)
+    service = Service(init, params['service_name'], run_command, tools,
                       lambda: _containerd_apply.find_pid(params['path']))
     containerd = module.get_bin_path('containerd')
     if containerd is None:
@@ -237,20 +232,9 @@ def main():
         path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
         default_runtime=params['default_runtime'], state=params['state'], apply=params['apply'],
         timeout=params['apply_timeout'])
-    try:
-        result = _containerd_apply.Converge(request, service, programs, backup=params['backup'] or None,
-                                            label=_host.selinux_labeller(module)).run(check_mode=module.check_mode)
-    except GpufleetError as exc:
-        module.fail_json(msg=str(exc), path=params['path'])
-    except (IOError, OSError) as exc:
-        module.fail_json(msg='%s: %s. Nothing more was done.' % (params['path'], exc), path=params['path'])
-
-    for warning in result.pop('warnings'):
-        module.warn(warning)
-    before, after = result.pop('before'), result.pop('after')
-    if module._diff:
-        result['diff'] = dict(before=before, after=after, before_header=params['path'], after_header=params['path'])
-    module.exit_json(**result)
+    converge = _containerd_apply.Converge(request, service, programs, backup=params['backup'] or None,
+                                          label=_host.selinux_labeller(module))
+    _module.exit_config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
 
 
 if __name__ == '__main__':

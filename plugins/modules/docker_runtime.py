@@ -260,9 +260,8 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_jso
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, socket_path_from_host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_system import detect
 
 ARGUMENT_SPEC = dict(
     path=dict(type='path', default=daemon_json.DEFAULT_PATH),
@@ -281,13 +280,9 @@ ARGUMENT_SPEC = dict(
 
 
 def build_service(module, socket_path):
-    def run_command(argv):
-        return module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
-
-    init = detect(run_command=run_command)
-    tools = dict(init['evidence']['tools'])
-    tools['journalctl'] = module.get_bin_path('journalctl')
-    return _dockerd.Dockerd(run_command, init['init_system'], tools, service=module.params['service_name'],
+    run_command = _module.runner(module)
+    init, tools, unused_detected = _module.init_system(module, run_command)
+    return _dockerd.Dockerd(run_command, init, tools, service=module.params['service_name'],
                             socket_path=socket_path), run_command
 
 
@@ -310,21 +305,9 @@ def main():
         return (_dockerd.dockerd_validator(run_command, dockerd_path, help_text=help_text),
                 _dockerd.option_keys_from_help(help_text))
 
-    try:
-        result = _docker_apply.converge(
-            request, service, api, check_mode=module.check_mode, backup=params['backup'] or None,
-            label=_host.selinux_labeller(module), dockerd_checks=dockerd_checks)
-    except GpufleetError as exc:
-        module.fail_json(msg=str(exc), path=params['path'])
-    except (IOError, OSError) as exc:
-        module.fail_json(msg='%s: %s. Nothing more was done.' % (params['path'], exc), path=params['path'])
-
-    for warning in result.pop('warnings'):
-        module.warn(warning)
-    before, after = result.pop('before'), result.pop('after')
-    if module._diff:
-        result['diff'] = dict(before=before, after=after, before_header=params['path'], after_header=params['path'])
-    module.exit_json(**result)
+    _module.exit_config_run(module, params['path'], lambda: _docker_apply.converge(
+        request, service, api, check_mode=module.check_mode, backup=params['backup'] or None,
+        label=_host.selinux_labeller(module), dockerd_checks=dockerd_checks))
 
 
 if __name__ == '__main__':

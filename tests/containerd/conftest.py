@@ -20,20 +20,18 @@ __metaclass__ = type
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from privatedaemon import PrivateDaemon
+
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 
 CONTAINERD = shutil.which('containerd') or '/usr/bin/containerd'
 CTR = shutil.which('ctr') or '/usr/bin/ctr'
 BUSYBOX = '/bin/busybox'
-PRIVATE = ('/etc/containerd', '/run/containerd', '/var/lib/containerd', '/run')
 
 
 def _skip_reason():
@@ -53,86 +51,33 @@ def settings(base):
             % (base, base, base))
 
 
-class LabContainerd(object):
+class LabContainerd(PrivateDaemon):
     """One private containerd reading ``base/config.toml``."""
 
+    PRIVATE = ('/etc/containerd', '/run/containerd', '/var/lib/containerd', '/run')
+    NAME = 'containerd'
+
     def __init__(self, base):
-        self.base = base
+        PrivateDaemon.__init__(self, base, 'containerd.log')
         self.config = os.path.join(base, 'config.toml')
         self.socket = os.path.join(base, 'containerd.sock')
-        self.log = os.path.join(base, 'containerd.log')
-        self.proc = None
-        self.holder = None
-        self.starts = 0
 
-    def namespace(self):
-        if self.holder is None or self.holder.poll() is not None:
-            mounts = ' && '.join('{ [ ! -d %s ] || mount -t tmpfs tmpfs %s; }' % (path, path) for path in PRIVATE)
-            script = '%s && echo ready && exec sleep 86400' % mounts
-            self.holder = subprocess.Popen(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script],
-                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                           stdin=subprocess.DEVNULL)
-            if self.holder.stdout.readline().strip() != b'ready':
-                raise RuntimeError('could not set up the private mount namespace')
-        return self.holder.pid
-
-    def inside(self, argv):
-        return ['nsenter', '--target', str(self.namespace()), '--mount', '--'] + list(argv)
+    def argv(self):
+        return [CONTAINERD, '--config', self.config]
 
     def run(self, argv):
         """``run(argv) -> (rc, out, err)`` inside the namespace (containerd config dump, ctr)."""
         proc = subprocess.run(self.inside(argv), capture_output=True, text=True, timeout=60)
         return proc.returncode, proc.stdout, proc.stderr
 
-    def start(self, wait=True, timeout=30):
-        with open(self.log, 'ab') as log:
-            # nsenter without --fork execs containerd itself: the Popen PID is containerd's.
-            self.proc = subprocess.Popen(self.inside([CONTAINERD, '--config', self.config]), stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.starts += 1
-        if wait:
-            self.wait_up(timeout)
-
     def answers(self):
         rc, out, err = self.run([CTR, '--address', self.socket, '--timeout', '2s', 'version'])
         return rc == 0
-
-    def wait_up(self, timeout=30):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError('containerd exited with %s: %s' % (self.proc.returncode, self.log_tail()))
-            if self.answers():
-                return
-            time.sleep(0.1)
-        raise RuntimeError('containerd did not answer in %ss: %s' % (timeout, self.log_tail()))
 
     def pid(self):
         if self.proc is not None and self.proc.poll() is None:
             return self.proc.pid
         return None
-
-    def stop(self, timeout=30):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def restart(self):
-        """What ``systemctl restart containerd`` does: stop, start; a config containerd refuses leaves it down."""
-        self.stop()
-        self.start(wait=False)
-        deadline = time.time() + 30
-        while time.time() < deadline and self.proc.poll() is None:
-            if self.answers():
-                break
-            time.sleep(0.1)
 
     def dump(self, path=None):
         """The effective configuration of ``path`` (default: the lab's config.toml), as containerd computes it."""
@@ -145,48 +90,8 @@ class LabContainerd(object):
         assert rc == 0, '%s: %s' % (args, err or out)
         return out
 
-    def log_tail(self):
-        return _host.tail_file(self.log, 8192)
-
-    def leftovers(self):
-        found = []
-        for entry in os.listdir('/proc'):
-            if entry.isdigit() and int(entry) != os.getpid() and self.base in ' '.join(_host.process_argv(int(entry))):
-                found.append(int(entry))
-        return found
-
-    def cleanup(self):
-        self.stop()
-        for _round in range(3):
-            pids = self.leftovers()
-            if not pids:
-                break
-            for pid in pids:
-                for child in _children(pid):
-                    _kill(child)
-                _kill(pid)
-            time.sleep(0.5)
-        if self.holder is not None:
-            self.holder.kill()
-            self.holder.wait()
-            self.holder.stdout.close()
-        subprocess.run(['umount', '-R', os.path.join(self.base, 'rootfs')], capture_output=True)
-        shutil.rmtree(self.base, ignore_errors=True)
-
-
-def _children(pid):
-    try:
-        with open('/proc/%d/task/%d/children' % (pid, pid)) as handle:
-            return [int(p) for p in handle.read().split()]
-    except (IOError, OSError):
-        return []
-
-
-def _kill(pid):
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
+    def release(self):
+        subprocess.run(['umount', '-R', os.path.join(self.base, 'rootfs')], capture_output=True, check=False)
 
 
 class LabService(object):

@@ -21,13 +21,13 @@ __metaclass__ = type
 
 import os
 import shutil
-import signal
 import subprocess
 import tarfile
 import tempfile
-import time
 
 import pytest
+
+from privatedaemon import PrivateDaemon
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
@@ -49,20 +49,19 @@ def _skip_reason():
     return None
 
 
-class LabDockerd(object):
+class LabDockerd(PrivateDaemon):
     """One private dockerd. ``flags`` are extra dockerd flags."""
 
+    PRIVATE = ('/etc/docker', '/run')  # dockerd writes key.json in /etc/docker
+    NAME = 'dockerd'
+
     def __init__(self, base, flags=()):
-        self.base = base
+        PrivateDaemon.__init__(self, base, 'dockerd.log')
         self.config = os.path.join(base, 'daemon.json')
         self.pidfile = os.path.join(base, 'docker.pid')
         self.socket = os.path.join(base, 'docker.sock')
-        self.log = os.path.join(base, 'dockerd.log')
         self.flags = list(flags)
-        self.proc = None
         self.api = DockerAPI(self.socket, timeout=5)
-        self.starts = 0
-        self.holder = None
 
     def argv(self):
         return [DOCKERD, '--config-file', self.config, '--data-root', os.path.join(self.base, 'data'),
@@ -70,41 +69,12 @@ class LabDockerd(object):
                 '-H', 'unix://' + self.socket, '--iptables=false', '--bridge=none',
                 '--storage-driver=vfs'] + self.flags
 
-    def _namespace(self):
-        """A private mount namespace that outlives dockerd restarts, as a host's /run does.
-
-        Held by a sleeping process; container shims keep their sockets in its
-        /run, so live-restore can reconnect to them after a restart.
-        """
-        if self.holder is None or self.holder.poll() is not None:
-            script = 'mount -t tmpfs tmpfs /etc/docker && mount -t tmpfs tmpfs /run && echo ready && exec sleep 86400'
-            self.holder = subprocess.Popen(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script],
-                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                           stdin=subprocess.DEVNULL)
-            if self.holder.stdout.readline().strip() != b'ready':
-                raise RuntimeError('could not set up the private mount namespace')
-        return self.holder.pid
-
-    def start(self, wait=True, timeout=30):
-        holder = self._namespace()
-        with open(self.log, 'ab') as log:
-            self.proc = subprocess.Popen(['nsenter', '--target', str(holder), '--mount', '--'] + self.argv(),
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.starts += 1
-        if wait:
-            self.wait_up(timeout)
-
-    def wait_up(self, timeout=30):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError('dockerd exited with %s: %s' % (self.proc.returncode, self.log_tail()))
-            try:
-                self.api.info()
-                return
-            except DockerAPIError:
-                time.sleep(0.1)
-        raise RuntimeError('dockerd did not answer in %ss: %s' % (timeout, self.log_tail()))
+    def answers(self):
+        try:
+            self.api.info()
+            return True
+        except DockerAPIError:
+            return False
 
     def pid(self):
         pid = _host.read_pid_file(self.pidfile)
@@ -112,82 +82,13 @@ class LabDockerd(object):
             return pid
         return None
 
-    def stop(self, timeout=30):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def restart(self):
-        """What ``service docker restart`` does on Debian: stop, start, exit 0 even if dockerd then fails."""
-        self.stop()
-        self.start(wait=False)
-        # Give dockerd the chance to die on a bad config or to bind its socket.
-        deadline = time.time() + 30
-        while time.time() < deadline and self.proc.poll() is None:
-            try:
-                self.api.info()
-                break
-            except DockerAPIError:
-                time.sleep(0.1)
-
-    def log_tail(self):
-        return _host.tail_file(self.log, 4096)
+    def log_tail(self, limit=4096):
+        return PrivateDaemon.log_tail(self, limit)
 
     def docker(self, *args, **kwargs):
         cli = shutil.which('docker')
         return subprocess.run([cli, '-H', 'unix://' + self.socket] + list(args), check=True,
                               capture_output=True, text=True, timeout=kwargs.get('timeout', 60)).stdout.strip()
-
-    def leftovers(self):
-        """PIDs of processes (shims, containers) still tied to this dockerd's private directory."""
-        found = []
-        for entry in os.listdir('/proc'):
-            if not entry.isdigit():
-                continue
-            argv = ' '.join(_host.process_argv(int(entry)))
-            if self.base in argv and int(entry) != os.getpid():
-                found.append(int(entry))
-        return found
-
-    def cleanup(self):
-        self.stop()
-        for _round in range(3):
-            pids = self.leftovers()
-            if not pids:
-                break
-            for pid in pids:
-                # Container shims and their children, started by this dockerd: end them by PID.
-                for child in _children(pid):
-                    _kill(child)
-                _kill(pid)
-            time.sleep(0.5)
-        if self.holder is not None:
-            self.holder.kill()
-            self.holder.wait()
-            self.holder.stdout.close()
-        shutil.rmtree(self.base, ignore_errors=True)
-
-
-def _children(pid):
-    try:
-        with open('/proc/%d/task/%d/children' % (pid, pid)) as handle:
-            return [int(p) for p in handle.read().split()]
-    except (IOError, OSError):
-        return []
-
-
-def _kill(pid):
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 class LabService(dockerd.Dockerd):

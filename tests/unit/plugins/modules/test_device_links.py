@@ -139,6 +139,9 @@ class FakeModule(object):
     def selinux_enabled(self):
         return False
 
+    def get_bin_path(self, name, required=False):
+        return None  # journalctl (log lines for messages): not on this fake host
+
 
 @pytest.fixture
 def systemd_host(monkeypatch):

@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the modules do with their AnsibleModule, once: run host commands, find the init system, finish a run.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. The module_utils below it take plain callables (``run(argv)``)
+and dicts, so that pytest drives them without Ansible; these helpers are the
+only place that turns an AnsibleModule into them.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+
+
+def runner(module):
+    """``run(argv) -> (rc, out, err)`` on the host, in the C locale (the messages we parse are English)."""
+    def run(argv):
+        return module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
+    return run
+
+
+def init_system(module, run, chosen='auto'):
+    """``(init_system, tools, detected)``: ``chosen`` unless it is ``auto``, the service tools found (with
+    journalctl for log lines), and ``_init_system.detect``'s whole answer (its ``reason`` for messages)."""
+    detected = _init_system.detect('/', run_command=run)
+    tools = dict(detected['evidence']['tools'])
+    tools['journalctl'] = module.get_bin_path('journalctl')
+    return (detected['init_system'] if chosen == 'auto' else chosen), tools, detected
+
+
+def exit_config_run(module, path, converge):
+    """Run ``converge() -> result`` for the configuration file ``path`` and exit the module with it.
+
+    A GpufleetError or an OS error fails the module naming ``path``; the
+    result's ``warnings`` become Ansible warnings and its ``before``/``after``
+    texts the diff.
+    """
+    try:
+        result = converge()
+    except GpufleetError as exc:
+        module.fail_json(msg=str(exc), path=path)
+    except (IOError, OSError) as exc:
+        module.fail_json(msg='%s: %s. Nothing more was done.' % (path, exc), path=path)
+    for warning in result.pop('warnings'):
+        module.warn(warning)
+    before, after = result.pop('before'), result.pop('after')
+    if module._diff:
+        result['diff'] = dict(before=before, after=after, before_header=path, after_header=path)
+    module.exit_json(**result)
