@@ -154,8 +154,7 @@ def _leaves(values, path):
     for key, value in values.items():
         yield path + (key,)
         if isinstance(value, dict):
-            for inner in _leaves(value, path + (key,)):
-                yield inner
+            yield from _leaves(value, path + (key,))
 
 
 class Effective(object):

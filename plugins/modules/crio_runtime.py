@@ -90,7 +90,7 @@ options:
   backup:
     description:
       - Keep a copy of the drop-in before changing it. The copy is made in the directory above O(config_dir)
-        (C(/etc/crio)), never in O(config_dir): CRI-O reads every file there.
+        (C(/etc/crio)), never in O(config_dir), because CRI-O reads every file there.
     type: bool
     default: false
   apply:

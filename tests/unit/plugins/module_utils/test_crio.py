@@ -145,8 +145,10 @@ def test_a_monitor_cgroup_crio_would_refuse_is_refused():
         planned([main('cgroupfs-bad.crio.conf')])
 
 
-def test_crlf_and_comments_are_read():
-    plan = planned([main('crlf-comments.crio.conf')])
+@pytest.mark.parametrize('newline', ['\n', '\r\n'])
+def test_crlf_and_comments_are_read(newline):
+    source = cr.Source('/etc/crio/crio.conf', text('comments.crio.conf').replace('\n', newline), main=True)
+    plan = planned([source])
     assert table(plan)['monitor_env'] == ['PATH=/usr/bin:/bin']
     assert table(plan)['monitor_path'] == '/usr/bin/conmon'
     assert '\r' not in plan.text
