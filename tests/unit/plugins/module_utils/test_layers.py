@@ -30,6 +30,13 @@ BOTTOM = {
     '_host': {'_errors'},
 }
 
+# Pure rules (text in, text and findings out): what each may import of ours, and no host access at all.
+PURE = {
+    '_containerd': {'_errors', '_tomli', '_toml_splice'},
+    '_crio': {'_errors', '_tomli', '_toml_splice'},
+}
+HOST_MODULES = {'os', 'subprocess', 'socket', 'fcntl', 'signal', 'shutil', 'glob'}
+
 
 def ours(path):
     """The module_utils names a source file imports."""
@@ -59,6 +66,23 @@ def test_bottom_layer_imports_nothing_of_ours_but_errors(name):
     imported = graph()[name]
     assert imported <= BOTTOM[name], '%s.py imports %s: the bottom layer may import only %s' % (
         name, sorted(imported - BOTTOM[name]), sorted(BOTTOM[name]) or 'nothing of ours')
+
+
+@pytest.mark.parametrize('name', sorted(PURE))
+def test_pure_rules_touch_no_host(name):
+    imported = graph()[name]
+    assert imported <= PURE[name], '%s.py imports %s: pure rules may import only %s' % (
+        name, sorted(imported - PURE[name]), sorted(PURE[name]))
+    with open(os.path.join(UTILS, name + '.py')) as handle:
+        tree = ast.parse(handle.read())
+    stdlib = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            stdlib.update(alias.name.split('.')[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            stdlib.add(node.module.split('.')[0])
+    assert not stdlib & HOST_MODULES, '%s.py imports %s: host access belongs in the operation layer' % (
+        name, sorted(stdlib & HOST_MODULES))
 
 
 def test_every_import_names_an_existing_module_utils_file():

@@ -1,0 +1,394 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""CRI-O's configuration rules: the effective configuration, the nvidia runtime's drop-in, the plans.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. It is pure: texts in, text and findings out (docs/crio.md has
+the facts these rules stand on, read in CRI-O's source, v1.24 to v1.36).
+
+* CRI-O reads its main file (``/etc/crio/crio.conf``), then every file under
+  its drop-in directory (``/etc/crio/crio.conf.d``), recursively, in lexical
+  order (Go's ``filepath.Walk``), whatever the file name; each file is
+  decoded into the configuration the files before it built. A key set in a
+  later file wins; the tables of ``crio.runtime.runtimes`` (and
+  ``crio.runtime.workloads``) are entries of a Go map, and a later file's
+  entry replaces the earlier one whole (BurntSushi/toml fills a fresh value
+  per map entry).
+* The collection owns one drop-in (``99-nvidia.conf``): the whole file is
+  ours, so ``absent`` removes it and nothing else is ever edited.
+* The nvidia runtime takes the default runtime's monitor settings
+  (``runtime_type``, ``monitor_path``, ``monitor_cgroup``, ``monitor_env``),
+  with the deprecated ``conmon``, ``conmon_cgroup`` and ``conmon_env`` of
+  ``[crio.runtime]`` winning as CRI-O makes them win, and ``monitor_cgroup``
+  checked against ``cgroup_manager`` as CRI-O checks it at start.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import re
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+
+DEFAULT_CONFIG = '/etc/crio/crio.conf'
+DEFAULT_DIR = '/etc/crio/crio.conf.d'
+DEFAULT_PATH = DEFAULT_DIR + '/99-nvidia.conf'
+MAX_CONFIG_BYTES = 1024 * 1024
+RUNTIME_PACKAGE = 'nvidia-container-toolkit'
+MARK = 'gpufleet.nvidia crio_runtime'
+HEADER = ('# %s: this file is written by Ansible and removed by state=absent.' % MARK,
+          '# Change the task, not this file: the next run writes it again.')
+
+RUNTIME = ('crio', 'runtime')
+RUNTIMES = RUNTIME + ('runtimes',)
+# Go maps in CRI-O's config: a later file's entry replaces the earlier entry whole.
+MAP_TABLES = (RUNTIMES, RUNTIME + ('workloads',))
+# Lists CRI-O appends across files (without duplicates, the last one kept) instead of replacing.
+APPENDED_LISTS = (('crio', 'storage_option'),)
+OCI = 'oci'
+MONITORED_TYPES = ('', OCI)  # the types whose monitor fields CRI-O fills from conmon_* (TranslateMonitorFields)
+SYSTEMD_MONITOR_CGROUP = 'system.slice'
+# The built-in default_runtime: "runc" up to 1.30, "crun" from 1.31.
+CRUN_DEFAULT_FROM = (1, 31, 0)
+# crio.conf(5) documents crio.runtime.runtimes and default_runtime as reloaded on SIGHUP from 1.26.0
+# (cri-o/cri-o a3fb007, "Reload runtime configs on reload").
+RELOAD_DOCUMENTED_FROM = (1, 26, 0)
+# ... but the reload updates only the server's copy of the configuration: the OCI runtime that creates
+# sandboxes keeps the map it started with (cri-o/cri-o#10202, open; server/server.go stores `*config`).
+# No released CRI-O is known to apply a reloaded runtime, so `auto` restarts. Set to the first version
+# with the fix once one is released.
+RELOAD_EFFECTIVE_FROM = None
+
+
+def binary_version(text):
+    """``(major, minor, patch)`` from ``crio --version`` ("crio version 1.29.1"), or None."""
+    match = re.search(r'(?:^|\s)v?(\d+)\.(\d+)\.(\d+)', text or '')
+    return tuple(int(part) for part in match.groups()) if match else None
+
+
+def builtin_default_runtime(version):
+    if version is None:
+        return None
+    return 'crun' if tuple(version) >= CRUN_DEFAULT_FROM else 'runc'
+
+
+def reload_applies_runtimes(version, effective_from=RELOAD_EFFECTIVE_FROM):
+    """Whether a SIGHUP makes this CRI-O run a changed runtime table (see RELOAD_EFFECTIVE_FROM)."""
+    return effective_from is not None and version is not None and tuple(version) >= tuple(effective_from)
+
+
+def walk_order(paths):
+    """Relative paths in the order CRI-O applies them (``filepath.Walk``: names sorted per directory)."""
+    return sorted(paths, key=lambda path: path.split('/'))
+
+
+def loads(text, path):
+    """The values of TOML ``text``; a DocumentError (nothing changed) when it is not valid TOML."""
+    try:
+        return _tomli.loads(text)
+    except _tomli.TOMLDecodeError as exc:
+        raise DocumentError('%s: not valid TOML (%s); CRI-O would refuse to start with it. Nothing was changed.'
+                            % (path, exc))
+    except ValueError as exc:
+        raise DocumentError('%s: not valid TOML (%s). Nothing was changed.' % (path, exc))
+
+
+def get(values, path, default=None):
+    node = values
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+class Source(object):
+    """One file CRI-O reads: ``path``, ``text``, ``values``, ``ours`` (the collection's drop-in), ``main``."""
+
+    def __init__(self, path, text, ours=False, main=False):
+        self.path = path
+        self.text = text
+        self.ours = ours
+        self.main = main
+        self.values = loads(text, path)
+
+    def line_of(self, key_path):
+        """The line where ``key_path`` (a table or a key) is defined, or None."""
+        try:
+            doc = ts.scan(self.text, self.path)
+        except DocumentError:
+            return None
+        size = len(key_path)
+        for item in list(doc.headers) + list(doc.entries):
+            path = item.path
+            if path[:size] == tuple(key_path):
+                return self.text.count('\n', 0, item.start) + 1
+        return None
+
+
+def merge(base, values, origins, source, path=()):
+    """Decode ``values`` over ``base`` as CRI-O does; ``origins`` records the file of each map entry and key."""
+    for key, value in values.items():
+        here = path + (key,)
+        if path in MAP_TABLES or not (isinstance(value, dict) and isinstance(base.get(key), dict)):
+            if here in APPENDED_LISTS and isinstance(value, list) and isinstance(base.get(key), list):
+                joined = list(base[key]) + list(value)
+                value = [item for index, item in enumerate(joined) if item not in joined[index + 1:]]
+            base[key] = copy.deepcopy(value)
+            origins[here] = source
+            if isinstance(value, dict):
+                for inner in _leaves(value, here):
+                    origins[inner] = source
+        else:
+            origins.setdefault(here, source)
+            merge(base[key], value, origins, source, here)
+    return base
+
+
+def _leaves(values, path):
+    for key, value in values.items():
+        yield path + (key,)
+        if isinstance(value, dict):
+            yield from _leaves(value, path + (key,))
+
+
+class Effective(object):
+    """The configuration CRI-O builds from ``sources`` (in its order): ``values`` and ``origins``."""
+
+    def __init__(self, sources, version=None):
+        self.sources = list(sources)
+        self.version = version
+        self.values = {}
+        self.origins = {}
+        for source in self.sources:
+            merge(self.values, source.values, self.origins, source)
+
+    def get(self, path, default=None):
+        return get(self.values, path, default)
+
+    @property
+    def runtimes(self):
+        runtimes = self.get(RUNTIMES, {})
+        return runtimes if isinstance(runtimes, dict) else {}
+
+    @property
+    def default_runtime(self):
+        return self.get(RUNTIME + ('default_runtime',)) or builtin_default_runtime(self.version)
+
+    @property
+    def cgroup_manager(self):
+        return self.get(RUNTIME + ('cgroup_manager',)) or 'systemd'
+
+    def origin(self, path):
+        return self.origins.get(tuple(path))
+
+
+class Request(object):
+    """What the user asked for (the module's parameters)."""
+
+    def __init__(self, path=DEFAULT_PATH, config_path=DEFAULT_CONFIG, config_dir=None, name='nvidia',
+                 runtime_path='/usr/bin/nvidia-container-runtime', default_runtime=None, state='present',
+                 apply='auto', timeout=60.0):
+        self.path = path
+        self.config_path = config_path
+        self.config_dir = config_dir if config_dir is not None else DEFAULT_DIR
+        self.name = name
+        self.runtime_path = runtime_path
+        self.default_runtime = default_runtime
+        self.state = state
+        self.apply = apply
+        self.timeout = timeout
+
+
+class Plan(object):
+    """``text`` (the drop-in's new text, or None: no file), ``changes``, ``warnings``, ``before``/``after``
+    (the effective configurations), ``runtime`` (the table written, or None)."""
+
+    def __init__(self, text, changes, warnings, before, after, runtime):
+        self.text = text
+        self.changes = changes
+        self.warnings = warnings
+        self.before = before
+        self.after = after
+        self.runtime = runtime
+
+
+def monitor_cgroup(effective, handler, runtime_type, name):
+    """The nvidia runtime's ``monitor_cgroup``: what the default runtime runs with, as CRI-O would check it."""
+    conmon_cgroup = effective.get(RUNTIME + ('conmon_cgroup',)) or ''
+    own = handler.get('monitor_cgroup') or ''
+    if runtime_type not in MONITORED_TYPES:
+        return own or None  # conmon-rs ("pod"): CRI-O leaves it as written
+    value = conmon_cgroup or own
+    if effective.cgroup_manager == 'cgroupfs':
+        if value == SYSTEMD_MONITOR_CGROUP:
+            value = ''  # CRI-O turns the systemd default into "" under cgroupfs
+        if value not in ('pod', ''):
+            raise DocumentError('the default runtime "%s" runs conmon in the cgroup "%s", which CRI-O refuses with '
+                                'cgroup_manager = "cgroupfs" ("cgroupfs manager conmon cgroup should be \'pod\' or '
+                                'empty"). Nothing was changed; fix conmon_cgroup / monitor_cgroup first.'
+                                % (name, value))
+        return value
+    if value == '':
+        return SYSTEMD_MONITOR_CGROUP
+    if value != 'pod' and not value.endswith('.slice'):
+        raise DocumentError('the default runtime "%s" runs conmon in the cgroup "%s", which CRI-O refuses with '
+                            'cgroup_manager = "systemd" ("conmon cgroup should be \'pod\' or a systemd slice"). '
+                            'Nothing was changed; fix conmon_cgroup / monitor_cgroup first.' % (name, value))
+    return value
+
+
+def desired_runtime(effective, request, warnings):
+    """The nvidia runtime's table, as ``[(key, value)]``: the runtime path, and the default runtime's monitor."""
+    default_name = effective.default_runtime
+    handler = effective.runtimes.get(default_name) if default_name else None
+    if not isinstance(handler, dict):
+        handler = {}
+    runtime_type = handler.get('runtime_type') or OCI
+    if runtime_type not in (OCI, 'pod'):
+        warnings.append('the default runtime "%s" is of type "%s"; the nvidia runtime is an OCI runtime and gets '
+                        'runtime_type = "oci" with conmon.' % (default_name, runtime_type))
+        runtime_type, handler = OCI, {}
+    table = [('runtime_path', request.runtime_path), ('runtime_type', runtime_type)]
+    monitored = runtime_type in MONITORED_TYPES
+    path = (monitored and effective.get(RUNTIME + ('conmon',))) or handler.get('monitor_path')
+    if path:
+        table.append(('monitor_path', path))
+    cgroup = monitor_cgroup(effective, handler, runtime_type, default_name)
+    if cgroup is not None:
+        table.append(('monitor_cgroup', cgroup))
+    env = (monitored and effective.get(RUNTIME + ('conmon_env',))) or handler.get('monitor_env')
+    if env:
+        table.append(('monitor_env', list(env)))
+    return table
+
+
+def value_text(value):
+    if isinstance(value, list):
+        return '[%s]' % ', '.join(ts.scalar(item) for item in value)
+    return ts.scalar(value)
+
+
+def render(request, default_line, table):
+    lines = list(HEADER)
+    if default_line:
+        lines += ['', '[%s]' % ts.dotted(RUNTIME), 'default_runtime = %s' % ts.string(request.name)]
+    if table:
+        lines += ['', '[%s]' % ts.dotted(RUNTIMES + (request.name,))]
+        lines += ['%s = %s' % (ts.quote_key(key), value_text(value)) for key, value in table]
+    return '\n'.join(lines) + '\n'
+
+
+def is_ours(text):
+    return text.startswith(HEADER[0])
+
+
+def split(sources, path):
+    """``(ours or None, the others)``; a file at our path that we did not write is refused."""
+    ours = [source for source in sources if source.path == path]
+    if ours and not is_ours(ours[0].text):
+        raise DocumentError('%s exists and was not written by this module (its first line is not "%s"). Nothing '
+                            'was changed; move it away or choose another path.' % (path, HEADER[0]))
+    return (ours[0] if ours else None), [source for source in sources if source.path != path]
+
+
+def plan_present(sources, request, version=None):
+    """The drop-in for ``state=present``. ``sources``: every file CRI-O reads, in its order, our drop-in at
+    ``request.path`` included when it exists."""
+    ours, others = split(sources, request.path)
+    before = Effective(sources, version)
+    base = Effective(others, version)
+    changes, warnings = [], []
+    name = request.name
+    origin = base.origin(RUNTIMES + (name,))
+    table = None
+    if origin is not None:
+        theirs = base.runtimes.get(name) or {}
+        if not isinstance(theirs, dict) or theirs.get('runtime_path') != request.runtime_path:
+            raise DocumentError(
+                '%s: the runtime "%s" is already defined at line %s, with runtime_path %r (wanted %r); CRI-O takes '
+                'the whole table from the file it reads last, so one of the two would silently lose. Nothing was '
+                'changed; remove that definition or choose another name.'
+                % (origin.path, name, origin.line_of(RUNTIMES + (name,)), theirs.get('runtime_path')
+                   if isinstance(theirs, dict) else theirs, request.runtime_path))
+        warnings.append('%s defines the runtime "%s" with the same runtime_path; it was left as it is.'
+                        % (origin.path, name))
+    else:
+        table = desired_runtime(base, request, warnings)
+    want_default = request.default_runtime
+    if want_default is None:
+        want_default = ours is not None and get(ours.values, RUNTIME + ('default_runtime',)) == name
+    text = render(request, want_default, table) if (table or want_default) else None
+    order = placed_in_order(sources, request.path, text)
+    if want_default:
+        for later in order[[source.path for source in order].index(request.path) + 1:]:
+            value = get(later.values, RUNTIME + ('default_runtime',))
+            if value is not None:
+                raise DocumentError('%s is read after %s and sets default_runtime = %s, which CRI-O applies last. '
+                                    'Nothing was changed; remove it there or give this drop-in a later name.'
+                                    % (later.path, request.path, ts.string(str(value))))
+    previous = ours.text if ours is not None else None
+    if text != previous:
+        if previous is None:
+            changes.append('drop-in %s created' % request.path)
+        elif text is None:
+            changes.append('drop-in %s removed (the runtime is defined elsewhere)' % request.path)
+        else:
+            changes.append('drop-in %s rewritten' % request.path)
+        if table and (ours is None or get(ours.values, RUNTIMES + (name,)) != dict(table)):
+            changes.append('runtime "%s" (%s)' % (name, ', '.join('%s = %s' % (k, value_text(v)) for k, v in table)))
+        was_default = ours is not None and get(ours.values, RUNTIME + ('default_runtime',)) == name
+        if want_default and not was_default:
+            changes.append('default_runtime = "%s"' % name)
+        elif was_default and not want_default:
+            changes.append('default_runtime no longer set here (CRI-O uses "%s")'
+                           % (base.default_runtime or 'its built-in default'))
+    after = Effective(order, version)
+    check_default(after, request.path)
+    return Plan(text, changes, warnings, before, after, table)
+
+
+def placed_in_order(sources, path, text):
+    """``sources`` with our drop-in's text replaced, or put where CRI-O's walk reads it (None: without it).
+
+    The main file comes first, then the drop-ins by ``walk_order`` (all under one directory)."""
+    main = [source for source in sources if source.main]
+    dropins = [source for source in sources if not source.main and source.path != path]
+    if text is not None:
+        dropins.append(Source(path, text, ours=True))
+    by_path = dict((source.path, source) for source in dropins)
+    return main + [by_path[item] for item in walk_order(list(by_path))]
+
+
+def check_default(effective, path):
+    default = effective.default_runtime
+    if default and effective.get(RUNTIME + ('default_runtime',)) and default not in effective.runtimes:
+        origin = effective.origin(RUNTIME + ('default_runtime',))
+        raise DocumentError('%s: default_runtime = "%s" (set in %s) would name no runtime; CRI-O would refuse to '
+                            'start. Nothing was changed.' % (path, default, origin.path if origin else 'a file'))
+
+
+def plan_absent(sources, request, version=None):
+    """``state=absent``: our drop-in removed (text None), nothing else; refused when CRI-O would not start."""
+    ours, others = split(sources, request.path)
+    before = Effective(sources, version)
+    after = Effective(others, version)
+    changes, warnings = [], []
+    if ours is not None:
+        changes.append('drop-in %s removed' % request.path)
+        check_default(after, request.path)
+    elif after.origin(RUNTIMES + (request.name,)) is not None:
+        warnings.append('%s defines the runtime "%s"; it was not written by this module and was left as it is.'
+                        % (after.origin(RUNTIMES + (request.name,)).path, request.name))
+    return Plan(None, changes, warnings, before, after, None)
+
+
+def plan(sources, request, version=None):
+    if request.state == 'absent':
+        return plan_absent(sources, request, version)
+    return plan_present(sources, request, version)

@@ -1,0 +1,244 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: crio_runtime
+short_description: Register a container runtime (nvidia) with CRI-O through a drop-in file and apply it
+version_added: 0.1.0
+description:
+  - Writes one drop-in file that the collection owns, by default C(/etc/crio/crio.conf.d/99-nvidia.conf), with
+    C([crio.runtime.runtimes.nvidia]) (C(runtime_path), and the default runtime's C(runtime_type), C(monitor_path),
+    C(monitor_cgroup) and C(monitor_env)), and C([crio.runtime] default_runtime = "nvidia") only on request.
+    No other file is ever edited; O(state=absent) removes exactly that file.
+  - B(Tested on files only.) CRI-O is not installable on the collection's test hosts; the merge rules, the plan and
+    the apply decision are tested on fixture files and against a fake service, and follow CRI-O's source (1.24 to
+    1.36). See the collection's C(docs/crio.md).
+  - B(How CRI-O reads its files.) The main file (O(config_path)), then every file under the drop-in directory
+    (O(config_dir)), recursively, by name; a later file's key wins, and a runtime's table comes whole from the last
+    file that has it. The module reads them all the same way, so the runtime follows the B(effective) default runtime
+    (the deprecated C(conmon), C(conmon_cgroup) and C(conmon_env) win, as in CRI-O) and C(monitor_cgroup) is checked
+    against C(cgroup_manager) (V(cgroupfs) takes C(pod) or empty, V(systemd) C(pod) or a C(.slice)).
+  - B(Refused, nothing changed.) Invalid TOML in any file (named); a runtime of that name defined in another file
+    with another C(runtime_path); a file at O(path) the module did not write; a O(path) outside O(config_dir), or a
+    running crio started with another C(--config-dir); O(default_runtime=true) when a file read later sets
+    C(default_runtime); the runtime made default while its binary is missing (CRI-O would not start).
+  - B(Apply.) crio.conf(5) documents the runtimes table and C(default_runtime) as reloaded on SIGHUP from CRI-O 1.26,
+    but the reload updates only the server's copy of the configuration, not the one that creates pods
+    (cri-o/cri-o#10202, open), so O(apply=auto) restarts crio, only when this run changed the drop-in or the drop-in
+    changed after crio started. If crio does not come back (or logs a failed reload), the previous file is restored,
+    crio restarted (or reloaded) with it, and the module fails with crio's own words.
+  - The same root-only file rules as M(gpufleet.nvidia.docker_runtime) apply to the files and their directories.
+author:
+  - gpufleet.nvidia maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Predicts the file change and the apply action (RV(action)) without writing or signalling.
+  diff_mode:
+    support: full
+    details:
+      - Shows the drop-in before and after, with its path as header.
+  idempotent:
+    support: full
+options:
+  path:
+    description:
+      - The drop-in file the module owns. It must be under O(config_dir), and it is best named to sort last there.
+    type: path
+    default: /etc/crio/crio.conf.d/99-nvidia.conf
+  config_path:
+    description:
+      - CRI-O's main configuration file (C(crio --config)), read only.
+    type: path
+    default: /etc/crio/crio.conf
+  config_dir:
+    description:
+      - CRI-O's drop-in directory (C(crio --config-dir)), read only except for O(path).
+    type: path
+    default: /etc/crio/crio.conf.d
+  name:
+    description:
+      - The runtime name (the Kubernetes RuntimeClass handler).
+    type: str
+    default: nvidia
+  runtime_path:
+    description:
+      - The runtime executable, written as C(runtime_path).
+      - There is no C(runtime_args); CRI-O has no such setting for a runtime handler.
+    type: str
+    default: /usr/bin/nvidia-container-runtime
+  default_runtime:
+    description:
+      - Whether the runtime is CRI-O's C(default_runtime), set in the drop-in.
+      - V(true) sets it; V(false) leaves it out of the drop-in; omitted keeps what the drop-in says now.
+    type: bool
+  state:
+    description:
+      - V(present) writes the drop-in; V(absent) removes it (and nothing else).
+    type: str
+    choices: [present, absent]
+    default: present
+  backup:
+    description:
+      - Keep a copy of the drop-in before changing it. The copy is made in the directory above O(config_dir)
+        (C(/etc/crio)), never in O(config_dir), because CRI-O reads every file there.
+    type: bool
+    default: false
+  apply:
+    description:
+      - V(auto) and V(restart) restart crio when the drop-in changed or changed after crio started.
+      - V(reload) sends SIGHUP instead, on CRI-O 1.26 and later (RV(action=deferred) on older ones); choose it only
+        for a CRI-O that applies reloaded runtimes to new pods (see cri-o/cri-o#10202).
+      - V(none) only writes the file; RV(action=deferred) when crio runs something else.
+    type: str
+    choices: [auto, reload, restart, none]
+    default: auto
+  service_name:
+    description:
+      - The init system's name for CRI-O's service.
+    type: str
+    default: crio
+  apply_timeout:
+    description:
+      - Seconds to wait for crio to come back after a restart (and again after a rollback).
+    type: int
+    default: 60
+notes:
+  - Requires root on the managed host and the C(crio) binary (for its version).
+seealso:
+  - module: gpufleet.nvidia.containerd_runtime
+    description: The same for containerd.
+  - module: gpufleet.nvidia.docker_runtime
+    description: The same for dockerd.
+'''
+
+EXAMPLES = r'''
+- name: Register the nvidia runtime with CRI-O (a RuntimeClass with handler "nvidia" selects it)
+  gpufleet.nvidia.crio_runtime:
+    state: present
+
+- name: Make nvidia CRI-O's default runtime
+  gpufleet.nvidia.crio_runtime:
+    default_runtime: true
+
+- name: Write the drop-in only; restart crio later in a window
+  gpufleet.nvidia.crio_runtime:
+    apply: none
+
+- name: Remove the drop-in
+  gpufleet.nvidia.crio_runtime:
+    state: absent
+'''
+
+RETURN = r'''
+path:
+  description: The drop-in file, as given.
+  returned: always
+  type: str
+  sample: /etc/crio/crio.conf.d/99-nvidia.conf
+backup_file:
+  description: The backup made before the change, when O(backup=true) and the file changed.
+  returned: always
+  type: str
+  sample: /etc/crio/99-nvidia.conf.12345.2026-12-01@05:30:00~
+action:
+  description:
+    - What was (in check mode, would be) done to the running crio.
+    - V(none) nothing needed; V(reload) SIGHUP; V(restart) restart through the init system; V(deferred) the file
+      was written but crio is not running, O(apply=none), or O(apply=reload) on a CRI-O older than 1.26.
+  returned: always
+  type: str
+  choices: [none, reload, restart, deferred]
+  sample: restart
+file_changed:
+  description: Whether the drop-in changed, was created or removed (would be, in check mode).
+  returned: always
+  type: bool
+  sample: true
+changes:
+  description: What changed, in words.
+  returned: always
+  type: list
+  elements: str
+  sample: ['drop-in /etc/crio/crio.conf.d/99-nvidia.conf created']
+crio_version:
+  description: The installed CRI-O's version (C(crio --version)).
+  returned: always
+  type: str
+  sample: 1.29.1
+crio_pid_before:
+  description: PID of crio before the run; null when it was not running.
+  returned: always
+  type: int
+  sample: 1234
+crio_pid_after:
+  description: PID of crio after the run.
+  returned: always
+  type: int
+  sample: 1240
+msg:
+  description: What was found and done, in one line.
+  returned: always
+  type: str
+  sample: "/etc/crio/crio.conf.d/99-nvidia.conf changed; crio was restarted (the file changed)"
+'''
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
+
+ARGUMENT_SPEC = dict(
+    path=dict(type='path', default=_crio.DEFAULT_PATH),
+    config_path=dict(type='path', default=_crio.DEFAULT_CONFIG),
+    config_dir=dict(type='path', default=_crio.DEFAULT_DIR),
+    name=dict(type='str', default='nvidia'),
+    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
+    default_runtime=dict(type='bool'),
+    state=dict(type='str', default='present', choices=['present', 'absent']),
+    backup=dict(type='bool', default=False),
+    apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
+    service_name=dict(type='str', default='crio'),
+    apply_timeout=dict(type='int', default=60),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+
+    run_command = _module.runner(module)
+    init, tools, unused_detected = _module.init_system(module, run_command)
+    service = Service(init, params['service_name'], run_command, tools,
+                      lambda: _crio_apply.find_pid(params['config_path'], params['config_dir'])[0])
+    crio = module.get_bin_path('crio')
+    if crio is None:
+        module.fail_json(msg='crio is not installed on this host (no crio executable found); install CRI-O first.',
+                         path=params['path'])
+    request = _crio.Request(
+        path=params['path'], config_path=params['config_path'], config_dir=params['config_dir'], name=params['name'],
+        runtime_path=params['runtime_path'], default_runtime=params['default_runtime'], state=params['state'],
+        apply=params['apply'], timeout=params['apply_timeout'])
+    converge = _crio_apply.Converge(request, service, _crio_apply.Tools(run_command, crio=crio),
+                                    backup=params['backup'] or None,
+                                    backup_dir=os.path.dirname(params['config_dir'].rstrip('/')),
+                                    label=_host.selinux_labeller(module))
+    _module.exit_config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
+
+
+if __name__ == '__main__':
+    main()
