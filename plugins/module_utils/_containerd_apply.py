@@ -83,39 +83,6 @@ class Tools(object):
         return found
 
 
-def start_time(pid, proc='/proc', now=time.time):
-    """When process ``pid`` started, in seconds since the epoch (to a clock tick), or None.
-
-    From the uptime (centiseconds), not the boot time in /proc/stat (whole seconds, up to 1 s early).
-    """
-    try:
-        with open('%s/%d/stat' % (proc, pid)) as handle:
-            ticks = int(handle.read().rsplit(')', 1)[1].split()[19])
-        with open('%s/uptime' % proc) as handle:
-            uptime = float(handle.read().split()[0])
-    except (IOError, OSError, IndexError, ValueError):
-        return None
-    return now() - (uptime - ticks / float(os.sysconf('SC_CLK_TCK')))
-
-
-def changed_since(paths, started, tick=None):
-    """The files changed (ctime) after the process ``started``.
-
-    The start time counts in clock ticks (1/100 s), rounded down: a change
-    within two ticks of it was read by the process (containerd reads its
-    configuration after it starts, not before).
-    """
-    tick = tick if tick is not None else 1.0 / os.sysconf('SC_CLK_TCK')
-    found = []
-    for path in paths:
-        try:
-            if os.stat(path).st_ctime > started + 2 * tick:
-                found.append(path)
-        except OSError:
-            found.append(path)
-    return found
-
-
 def find_pid(config_path, default_path=cd.DEFAULT_PATH):
     """The containerd process that reads ``config_path`` (``--config``/``-c``, else the default path), or None."""
     wanted = os.path.realpath(config_path)
@@ -206,8 +173,8 @@ class Converge(object):
             result['containerd_pid_before'] = pid
             stale = []
             if pid and not file_changed:
-                started = start_time(pid)
-                stale = changed_since([real] + loaded, started) if started else [real]
+                started = _host.start_time(pid)
+                stale = _host.changed_since([real] + loaded, started) if started else [real]
             action = result['action'] = decide(request, pid, file_changed, stale)
             if action == 'restart':
                 result['changed'] = True

@@ -30,7 +30,6 @@ import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._containerd_apply import changed_since, start_time
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError, \
     HostFileError, ServiceError
 
@@ -175,7 +174,7 @@ class Converge(object):
     """One crio_runtime run."""
 
     def __init__(self, request, service, tools, backup=None, backup_dir=None, label=None, poll=0.2,
-                 find=find_pid, runtime_exists=None, settle=2.0, started=start_time):
+                 find=find_pid, runtime_exists=None, settle=2.0, started=_host.start_time):
         self.request = request
         self.service = service
         self.tools = tools
@@ -239,7 +238,7 @@ class Converge(object):
             if pid and not file_changed:
                 started = self.started(pid)
                 watched = [real] if current.exists else []
-                stale = changed_since(watched, started) if started else watched
+                stale = _host.changed_since(watched, started) if started else watched
             action = result['action'] = decide(request, pid, file_changed, stale, version)
             if action == 'deferred' and request.apply == 'reload' and pid:
                 self.warnings.append('apply=reload: this CRI-O (%s) does not reload runtimes (1.26 and later do); '

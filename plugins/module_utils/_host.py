@@ -677,6 +677,39 @@ def open_file_holders(prefixes, proc='/proc'):
     return holders
 
 
+def start_time(pid, proc='/proc', now=time.time):
+    """When process ``pid`` started, in seconds since the epoch (to a clock tick), or None.
+
+    From the uptime (centiseconds), not the boot time in /proc/stat (whole seconds, up to 1 s early).
+    """
+    try:
+        with open('%s/%d/stat' % (proc, pid)) as handle:
+            ticks = int(handle.read().rsplit(')', 1)[1].split()[19])
+        with open('%s/uptime' % proc) as handle:
+            uptime = float(handle.read().split()[0])
+    except (IOError, OSError, IndexError, ValueError):
+        return None
+    return now() - (uptime - ticks / float(os.sysconf('SC_CLK_TCK')))
+
+
+def changed_since(paths, started, tick=None):
+    """The files changed (ctime) after the process ``started``.
+
+    The start time counts in clock ticks (1/100 s), rounded down: a change
+    within two ticks of it was read by the process (a daemon reads its
+    configuration after it starts, not before).
+    """
+    tick = tick if tick is not None else 1.0 / os.sysconf('SC_CLK_TCK')
+    found = []
+    for path in paths:
+        try:
+            if os.stat(path).st_ctime > started + 2 * tick:
+                found.append(path)
+        except OSError:
+            found.append(path)
+    return found
+
+
 def read_pid_file(pid_file):
     """The number in a pid file, read without following a link or blocking on a FIFO, else None.
 

@@ -19,6 +19,7 @@ import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
 
 CORPUS = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'containerd')
@@ -205,6 +206,6 @@ def test_changed_since_counts_only_changes_after_the_start(tmp_path):
     path = tmp_path / 'config.toml'
     path.write_text('version = 2\n')
     ctime = os.stat(str(path)).st_ctime
-    assert apply.changed_since([str(path)], ctime + 1, tick=0.01) == []
-    assert apply.changed_since([str(path)], ctime - 1, tick=0.01) == [str(path)]
-    assert apply.changed_since([str(tmp_path / 'missing')], ctime, tick=0.01) == [str(tmp_path / 'missing')]
+    assert _host.changed_since([str(path)], ctime + 1, tick=0.01) == []
+    assert _host.changed_since([str(path)], ctime - 1, tick=0.01) == [str(path)]
+    assert _host.changed_since([str(tmp_path / 'missing')], ctime, tick=0.01) == [str(tmp_path / 'missing')]
