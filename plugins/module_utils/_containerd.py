@@ -104,6 +104,19 @@ def choose_schema(version, file_version, path):
                         % (path, 1 if file_version is None else file_version, shown))
 
 
+# The plugin ids that make up the CRI service (1.x: "cri" is the short id containerd also accepts; 2.x: the
+# runtime and images plugins and the gRPC service), in the form disabled_plugins names them.
+CRI_PLUGIN_IDS = ('cri', 'io.containerd.grpc.v1.cri', 'io.containerd.cri.v1.runtime', 'io.containerd.cri.v1.images')
+
+
+def cri_disabled(values):
+    """The entry of ``disabled_plugins`` (in an effective configuration) that turns the CRI plugin off, or None."""
+    for entry in values.get('disabled_plugins') or []:
+        if entry in CRI_PLUGIN_IDS:
+            return entry
+    return None
+
+
 def loads(text, path):
     """The values of TOML ``text``; a DocumentError (the file untouched) when it is not valid TOML."""
     try:
@@ -144,6 +157,17 @@ class Config(object):
 
     def in_block(self, pos):
         return self.block is not None and self.block[0] <= pos < self.block[1]
+
+    def block_runtimes(self, schema):
+        """The runtime names our block defines (the ones added, and containerd's defaults it carries)."""
+        size = len(schema.runtimes)
+        return sorted(set(h.path[size] for h in self.doc.headers
+                          if self.in_block(h.start) and len(h.path) > size and h.path[:size] == schema.runtimes))
+
+    def added_runtimes(self, schema):
+        """The runtimes of our block this module registered: each has a BinaryName (the defaults it carries do not)."""
+        return [name for name in self.block_runtimes(schema)
+                if (get(self.values, schema.runtime(name) + ('options',)) or {}).get('BinaryName')]
 
     def line_of(self, pos):
         return self.text.count('\n', 0, pos) + 1
@@ -232,11 +256,16 @@ def plan_present(config, request, schema, before, dschema):
         defined = set(get(config.values, schema.runtimes, {}) or {})
         if not config.defined_outside_block(schema.runtimes):
             # The file defines no runtime: defining one replaces containerd's defaults, so carry them.
-            for name in sorted(before_runtimes):
-                if name != request.name and (config.block is not None or name not in defined):
-                    runtime = before_runtimes[name]
-                    lines += runtime_lines(schema, name, {'runtime_type': runtime.get('runtime_type') or RUNC_V2,
-                                                          'options': nonzero(runtime.get('options'))}, indent)
+            carried = [name for name in sorted(before_runtimes)
+                       if config.block is not None or name not in defined]
+        else:
+            # The runtimes the block already holds (other names registered here) stay.
+            carried = config.block_runtimes(schema)
+        for name in carried:
+            if name != request.name and name in before_runtimes:
+                runtime = before_runtimes[name]
+                lines += runtime_lines(schema, name, {'runtime_type': runtime.get('runtime_type') or RUNC_V2,
+                                                      'options': nonzero(runtime.get('options'))}, indent)
         lines += runtime_lines(schema, request.name, want, indent)
     lines.append(END)
     default_lines = plan_default(config, request, schema, splice, indent, changes, warnings, default_name)
@@ -274,9 +303,17 @@ def plan_default(config, request, schema, splice, indent, changes, warnings, def
     key = schema.containerd + ('default_runtime_name',)
     entry = config.doc.entry(key)
     ours = entry is not None and marker_before(config, entry) is not None
+    in_block = entry is not None and config.in_block(entry.start)
     if request.default_runtime is None:
+        # Left as it is; one our block holds (set by an earlier run) is written again with the block.
+        if in_block:
+            return ['[%s]' % ts.dotted(schema.containerd),
+                    '%sdefault_runtime_name = %s' % (indent, ts.string(get(config.values, key)))]
         return []
     if request.default_runtime is False:
+        if in_block:
+            changes.append('default_runtime_name removed from the block')
+            return []
         if ours:
             restore_default(config, entry, splice)
             changes.append('default_runtime_name restored')
@@ -344,11 +381,32 @@ def plan_absent(config, request, schema):
     """The new text for ``state=absent``: our block and our default_runtime_name edit undone, nothing else."""
     splice = ts.Splice(config.text)
     changes, warnings = [], []
-    if config.block is not None:
+    key = schema.containerd + ('default_runtime_name',)
+    others = [name for name in config.added_runtimes(schema) if name != request.name]
+    if config.block is not None and not others:
         splice.remove(*config.block)
         changes.append('the block of runtime "%s" removed' % request.name)
-    entry = config.doc.entry(schema.containerd + ('default_runtime_name',))
-    if entry is not None and not config.in_block(entry.start) and marker_before(config, entry) is not None:
+    elif config.block is not None and request.name in config.block_runtimes(schema):
+        # Other runtimes registered here stay: the block is written again without this one.
+        indent = config.doc.key_indent()
+        lines = [BEGIN]
+        for name in config.block_runtimes(schema):
+            if name != request.name:
+                runtime = get(config.values, schema.runtime(name)) or {}
+                lines += runtime_lines(schema, name, {'runtime_type': runtime.get('runtime_type') or RUNC_V2,
+                                                      'options': nonzero(runtime.get('options'))}, indent)
+        entry = config.doc.entry(key)
+        if entry is not None and config.in_block(entry.start) and get(config.values, key) != request.name:
+            lines += ['[%s]' % ts.dotted(schema.containerd),
+                      '%sdefault_runtime_name = %s' % (indent, ts.string(get(config.values, key)))]
+        lines.append(END)
+        start, end = config.block
+        separator = config.text[start:config.text.find(BEGIN, start)]
+        splice.replace(start, end, separator + ''.join(line + config.doc.newline for line in lines))
+        changes.append('runtime "%s" removed from the block (%s stay)' % (request.name, ', '.join(others)))
+    entry = config.doc.entry(key)
+    if entry is not None and not config.in_block(entry.start) and marker_before(config, entry) is not None and (
+            not others or get(config.values, key) == request.name):
         restore_default(config, entry, splice)
         changes.append('default_runtime_name restored')
     if config.defined_outside_block(schema.runtime(request.name)):

@@ -117,7 +117,7 @@ class Result(dict):
     def __init__(self, path):
         dict.__init__(self, changed=False, path=path, backup_file=None, action='none', file_changed=False,
                       schema=None, containerd_version=None, containerd_pid_before=None, containerd_pid_after=None,
-                      changes=[], msg='', before='', after='', warnings=[])
+                      runtimes=None, default_runtime=None, changes=[], msg='', before='', after='', warnings=[])
 
 
 class Converge(object):
@@ -153,6 +153,7 @@ class Converge(object):
                                     % (request.path, error))
             loaded = [path for path in before.get('imports') or [] if path]
             self.check_imports(real, loaded, version)
+            self.report_runtimes(before, dschema)
             if not current.exists and request.state == 'absent':
                 result['msg'] = '%s does not exist; nothing to remove' % request.path
                 return result
@@ -167,8 +168,8 @@ class Converge(object):
                 self.warnings.append('the runtime binary "%s" was not found on this host; containerd accepts the '
                                      'runtime but containers that use it will fail. Install the %s package.'
                                      % (request.runtime_path, cd.RUNTIME_PACKAGE))
-            if file_changed:
-                self.check_effective(real, planned.text, before, dschema)
+            effective = self.check_effective(real, planned.text, before, dschema) if file_changed else before
+            self.report_runtimes(effective, dschema)
             pid = self.service.pid()
             result['containerd_pid_before'] = pid
             stale = []
@@ -234,7 +235,7 @@ class Converge(object):
                     pass
         if after is None:
             if directory is None:
-                return
+                return None
             raise DocumentError('%s: containerd refuses the planned file, which was not written: %s'
                                 % (self.request.path, error))
         request = self.request
@@ -249,6 +250,16 @@ class Converge(object):
             raise DocumentError('%s: the planned change would also change containerd\'s effective configuration '
                                 '(per `containerd config dump`): %s. Nothing was written.'
                                 % (self.request.path, '; '.join(problems)))
+        return after
+
+    def report_runtimes(self, effective, dschema):
+        """The runtimes and default runtime of the effective configuration (the planned one when it changes)."""
+        if effective is None:  # check mode, before the directory exists: nothing could be dumped
+            self.result.update(runtimes=None, default_runtime=None)
+            return
+        runtimes = cd.get(effective, dschema.runtimes) or {}
+        self.result.update(runtimes=sorted(runtimes) if isinstance(runtimes, dict) else None,
+                           default_runtime=cd.get(effective, dschema.containerd + ('default_runtime_name',)))
 
     def write(self, real, current, text):
         self.result['backup_file'] = _host.replace_config(real, text, current, self.backup, self.label)

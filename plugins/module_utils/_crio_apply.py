@@ -166,7 +166,8 @@ def backup_outside(directory):
 class Result(dict):
     def __init__(self, path):
         dict.__init__(self, changed=False, path=path, backup_file=None, action='none', file_changed=False,
-                      crio_version=None, crio_pid_before=None, crio_pid_after=None, changes=[], msg='',
+                      crio_version=None, crio_pid_before=None, crio_pid_after=None, runtimes=None,
+                      default_runtime=None, changes=[], msg='',
                       before='', after='', warnings=[])
 
 
@@ -222,7 +223,10 @@ class Converge(object):
             text = planned.text
             file_changed = (text is not None) != current.exists or (text is not None and text != current.text)
             result.update(file_changed=file_changed, before=current.text, after=text or '', changes=planned.changes,
-                          changed=result['changed'] or file_changed)
+                          changed=result['changed'] or file_changed,
+                          # CRI-O's own default runtime is there even when no file defines it.
+                          runtimes=sorted(set(planned.after.runtimes) | {planned.after.default_runtime}),
+                          default_runtime=planned.after.default_runtime)
             if request.state == 'present' and planned.runtime and not self.runtime_exists(request.runtime_path):
                 if planned.after.default_runtime == request.name:
                     raise DocumentError('%s: the runtime binary "%s" is missing and the runtime would be CRI-O\'s '

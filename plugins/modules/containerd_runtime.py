@@ -176,6 +176,19 @@ containerd_version:
   returned: always
   type: str
   sample: 1.6.20
+runtimes:
+  description:
+    - The CRI plugin's runtimes in containerd's effective configuration after the run (in check mode, the planned one),
+      per C(containerd config dump); null when nothing could be dumped (check mode before the directory exists).
+  returned: always
+  type: list
+  elements: str
+  sample: [nvidia, runc]
+default_runtime:
+  description: The CRI plugin's C(default_runtime_name) in that effective configuration.
+  returned: always
+  type: str
+  sample: runc
 containerd_pid_before:
   description: PID of the containerd that reads O(path) before the run; null when none was running.
   returned: always

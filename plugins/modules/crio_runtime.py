@@ -175,6 +175,18 @@ crio_version:
   returned: always
   type: str
   sample: 1.29.1
+runtimes:
+  description: The runtimes of CRI-O's effective configuration after the run (in check mode, the planned one), CRI-O's
+    own default runtime included.
+  returned: always
+  type: list
+  elements: str
+  sample: [crun, nvidia]
+default_runtime:
+  description: CRI-O's default runtime in that configuration.
+  returned: always
+  type: str
+  sample: crun
 crio_pid_before:
   description: PID of crio before the run; null when it was not running.
   returned: always

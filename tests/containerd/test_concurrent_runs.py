@@ -182,12 +182,7 @@ def race(lab, service, names):
 
 @pytest.mark.parametrize('body', [
     pytest.param(NO_RUNTIMES, id='no-runtimes', marks=pytest.mark.config_toml(NO_RUNTIMES)),
-    pytest.param(RUNC_DEFINED, id='runc-defined', marks=[
-        pytest.mark.config_toml(RUNC_DEFINED),
-        pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-            'when the file defines a runtime outside the block (runc), the planned block holds only the requested '
-            'runtime, so a second name would replace the first: the check with `config dump` refuses it '
-            '("...runtimes.nvidia removed. Nothing was written."), one run after the other as well'))]),
+    pytest.param(RUNC_DEFINED, id='runc-defined', marks=pytest.mark.config_toml(RUNC_DEFINED)),
 ])
 def test_concurrent_runs_with_different_names_lose_nothing(lab_containerd, body):
     lab = lab_containerd

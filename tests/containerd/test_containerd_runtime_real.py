@@ -83,11 +83,15 @@ def test_first_registration_keeps_every_cri_setting_and_rerun_does_nothing(lab_c
     # The file: every original byte is still there, in front; only the block was appended.
     assert read(lab.config).startswith(original)
     assert cri_status(lab) == 'ok'
+    # The result names the runtimes the restarted containerd has (what the summary line shows).
+    assert result['runtimes'] == sorted(cd.get(after, RUNTIMES)) == ['nvidia', 'runc']
+    assert result['default_runtime'] == 'runc'
     # A re-run: no write, no restart, same PID.
     pid = lab.pid()
     mtime = os.stat(lab.config).st_mtime_ns
     again, service = converge(lab)
     assert again['action'] == 'none' and not again['changed'], again
+    assert again['runtimes'] == ['nvidia', 'runc'] and again['default_runtime'] == 'runc'
     assert service.restarts == 0 and lab.pid() == pid
     assert os.stat(lab.config).st_mtime_ns == mtime
 
@@ -179,14 +183,40 @@ def test_absent_takes_back_exactly_what_was_added(lab_containerd):
     lab = lab_containerd
     original = read(lab.config)
     before = lab.dump()
-    converge(lab, default_runtime=True)
+    made, _service = converge(lab, default_runtime=True)
     assert cd.get(lab.dump(), CRI + ('containerd', 'default_runtime_name')) == 'nvidia'
+    assert made['default_runtime'] == 'nvidia'
     result, _service = converge(lab, state='absent')
     assert result['action'] == 'restart'
+    assert result['runtimes'] == ['runc'] and result['default_runtime'] == 'runc'
     assert read(lab.config) == original
     after = lab.dump()
     after.pop('imports'), before.pop('imports')
     assert after == before
+    assert cri_status(lab) == 'ok'
+
+
+@pytest.mark.config_toml(KUBE)
+def test_several_names_stay_side_by_side_and_absent_takes_back_one_at_a_time(lab_containerd):
+    # NVIDIA's toolkit registers nvidia, nvidia-cdi and nvidia-legacy; each is one run of the module.
+    lab = lab_containerd
+    original = read(lab.config)
+    converge(lab, default_runtime=True)
+    with_nvidia = read(lab.config)
+    first = lab.dump()
+    result, _service = converge(lab, name='nvidia-cdi')
+    assert result['action'] == 'restart' and result['runtimes'] == ['nvidia', 'nvidia-cdi', 'runc'], result
+    both = lab.dump()
+    assert cd.get(both, RUNTIMES + ('nvidia-cdi', 'options', 'SystemdCgroup')) is True
+    assert without(both, RUNTIMES + ('nvidia-cdi',)) == without(first, RUNTIMES + ('nvidia-cdi',))
+    assert read(lab.config).startswith(original)
+    # Taking nvidia-cdi back leaves nvidia, the default it set, and the file as it was with nvidia alone.
+    result, _service = converge(lab, name='nvidia-cdi', state='absent')
+    assert result['runtimes'] == ['nvidia', 'runc'] and result['default_runtime'] == 'nvidia', result
+    assert read(lab.config) == with_nvidia
+    # Then nvidia: the original file, byte for byte, and its effective configuration.
+    result, _service = converge(lab, state='absent')
+    assert read(lab.config) == original and result['default_runtime'] == 'runc'
     assert cri_status(lab) == 'ok'
 
 

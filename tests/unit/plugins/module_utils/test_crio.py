@@ -314,6 +314,7 @@ def test_first_run_writes_and_restarts_then_nothing(host):
     assert result['action'] == 'restart' and service.calls == ['restart'] and result['crio_pid_after'] == 101
     assert (host / 'crio.conf').read_bytes() == main_before
     assert (host / 'crio.conf.d' / '99-nvidia.conf').read_text().startswith(cr.HEADER[0])
+    assert 'nvidia' in result['runtimes'] and result['default_runtime'] in result['runtimes']
     again = converge(host, service)
     assert again['action'] == 'none' and not again['changed'] and service.calls == ['restart']
     # A crio that started before the drop-in last changed (apply=none earlier) is restarted without a change.
@@ -381,6 +382,7 @@ def test_absent_removes_the_drop_in_and_restarts(host):
     converge(host, service)
     result = converge(host, service, state='absent')
     assert result['action'] == 'restart' and not (host / 'crio.conf.d' / '99-nvidia.conf').exists()
+    assert 'nvidia' not in result['runtimes'] and result['default_runtime'] in result['runtimes']
     assert converge(host, service, state='absent')['action'] == 'none'
 
 
