@@ -101,6 +101,11 @@ def find_pid(config_path, default_path=cd.DEFAULT_PATH):
     return None
 
 
+def log_files(service):
+    """Where a SysV script or an Upstart job of ``service`` logs (systemd: the journal)."""
+    return ('/var/log/%s.log' % service, '/var/log/upstart/%s.log' % service)
+
+
 def containerd_error(log):
     """containerd's own words from its log: a failed CRI plugin, or the last error/fatal line."""
     found = None

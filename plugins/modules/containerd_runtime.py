@@ -234,7 +234,8 @@ def main():
     run_command = _module.runner(module)
     init, tools, unused_detected = _module.init_system(module, run_command)
     service = Service(init, params['service_name'], run_command, tools,
-                      lambda: _containerd_apply.find_pid(params['path']))
+                      lambda: _containerd_apply.find_pid(params['path']),
+                      log_files=_containerd_apply.log_files(params['service_name']))
     containerd = module.get_bin_path('containerd')
     if containerd is None:
         module.fail_json(msg='containerd is not installed on this host (no containerd executable found); '

@@ -52,14 +52,23 @@ def registered(role):
     return names
 
 
+def published(role):
+    """Every name a role's tasks set with set_fact."""
+    names = []
+    for name in os.listdir(os.path.join(ROOT, 'roles', role, 'tasks')):
+        for task in tasks(role, name) or []:
+            names.extend(task.get('ansible.builtin.set_fact', {}))
+    return names
+
+
 @pytest.mark.parametrize('role', INNER)
 def test_each_role_registers_its_public_result_and_documents_it(role):
     # The public result once; anything else a role registers for itself is internal (__<role>_*).
-    names = registered(role)
+    names = registered(role) + published(role)
     assert names.count('%s_result' % role) == 1
     assert [name for name in names if name != '%s_result' % role and not name.startswith('__%s_' % role)] == []
     spec = yaml.safe_load(read('roles', role, 'meta', 'argument_specs.yml'))['argument_specs']['main']
-    assert "Registers the module's result as C(%s_result)." % role in spec['description']
+    assert any(line.startswith('Registers ') and 'C(%s_result)' % role in line for line in spec['description'])
     assert '`%s_result`' % role in read('roles', role, 'README.md')
 
 
@@ -157,7 +166,7 @@ PLAIN = 'docker run --rm --network none --entrypoint true gpufleet/busybox:lab'
 def runtime_vars(**variables):
     merged = yaml.safe_load(read('roles', 'container_runtime', 'defaults', 'main.yml'))
     merged.update(trusted(yaml.safe_load(read('roles', 'container_runtime', 'vars', 'main.yml'))))
-    merged.update(ansible_check_mode=False, container_runtime_result=REGISTERED)
+    merged.update(ansible_check_mode=False, __container_runtime_docker=REGISTERED)
     merged.update(variables)
     return templar(**merged)
 
@@ -169,7 +178,7 @@ def evaluate(name, **variables):
 def ran(*codes, result=None, stderr=''):
     """The registered loop of docker runs, each ending with its code."""
     result = REGISTERED if result is None else result
-    runs = evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES, container_runtime_result=result)
+    runs = evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES, __container_runtime_docker=result)
     assert len(runs) == len(codes)
     return {'results': [dict(item=argv, rc=code, stderr=stderr) for argv, code in zip(runs, codes)]}
 
@@ -187,7 +196,7 @@ def test_verification_runs_a_container_through_the_runtime_with_the_first_tagged
 
 def test_verification_also_runs_a_plain_container_when_the_runtime_is_dockerds_default():
     default = dict(REGISTERED, default_runtime='nvidia')
-    result = evaluate('__container_runtime_verification', container_runtime_result=default,
+    result = evaluate('__container_runtime_verification', __container_runtime_docker=default,
                       __container_runtime_images=IMAGES, __container_runtime_runs=ran(0, 0, result=default))
     assert result['verified'] is True
     assert result['commands'] == [THROUGH_NVIDIA, PLAIN]
@@ -202,7 +211,7 @@ def test_a_container_that_does_not_run_fails_with_the_command_and_dockers_words(
     assert 'NVIDIA Container Toolkit' in result['msg'] and 'container_runtime_verify' in result['msg']
     # A second run that failed after a first that worked fails too.
     default = dict(REGISTERED, default_runtime='nvidia')
-    result = evaluate('__container_runtime_verification', container_runtime_result=default,
+    result = evaluate('__container_runtime_verification', __container_runtime_docker=default,
                       __container_runtime_images=IMAGES, __container_runtime_runs=ran(0, 1, result=default))
     assert result['verified'] is False and result['msg'].startswith('"%s" failed (rc 1)' % PLAIN)
 
@@ -230,7 +239,7 @@ def test_no_local_image_runs_nothing_and_says_which_image_to_load_or_name():
     ({'container_runtime_verify': False}, 'off'),
     ({'ansible_check_mode': True}, 'check_mode'),
     ({'container_runtime_state': 'absent'}, 'absent'),
-    ({'container_runtime_result': dict(REGISTERED, action='deferred', runtimes={}, dockerd_pid_after=None)},
+    ({'__container_runtime_docker': dict(REGISTERED, action='deferred', runtimes={}, dockerd_pid_after=None)},
      'not_loaded'),
 ])
 def test_nothing_is_run_where_there_is_nothing_to_verify(variables, status):
@@ -239,32 +248,129 @@ def test_nothing_is_run_where_there_is_nothing_to_verify(variables, status):
     result = evaluate('__container_runtime_verification', __container_runtime_images=IMAGES, **variables)
     assert result['verified'] is None and result['status'] == status and result['commands'] == []
     assert evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES, **variables) == []
-    lookup = tasks('container_runtime')[1]
+    lookup = tasks('container_runtime', 'docker.yml')[1]
     assert runtime_vars(**variables).evaluate_conditional(trust_as_template(lookup['when'])) is False
 
 
 def test_verification_tasks_change_nothing_and_fail_only_on_a_failed_run():
-    role_tasks = tasks('container_runtime')
+    role_tasks = tasks('container_runtime', 'docker.yml')
     module = role_tasks[0]['gpufleet.nvidia.docker_runtime']
     assert module['apply_timeout'] == '{{ container_runtime_timeout }}' and 'timeout' not in module
     for task in role_tasks[1:3]:
         assert task['changed_when'] is False and task['failed_when'] is False
         assert task['environment'] == {'DOCKER_HOST': '{{ container_runtime_docker_host }}'}
-    published = role_tasks[3]['ansible.builtin.set_fact']['container_runtime_result']
-    assert '__container_runtime_verification' in published
+    kept = role_tasks[3]['ansible.builtin.set_fact']['__container_runtime_docker_verification']
+    assert kept == '{{ __container_runtime_verification }}'
     conditions = dict((task['name'], task['when']) for task in role_tasks[4:])
-    outcome = {'verification': {'status': 'failed', 'msg': 'x'}}
+    outcome = {'status': 'failed', 'msg': 'x'}
     fail = [name for name, when in conditions.items()
-            if templar(container_runtime_result=outcome).evaluate_conditional(trust_as_template(when))]
+            if templar(__container_runtime_docker_verification=outcome).evaluate_conditional(trust_as_template(when))]
     assert fail == ['Fail when the runtime cannot run a container']
-    outcome['verification']['status'] = 'no_image'
+    outcome['status'] = 'no_image'
     said = [name for name, when in conditions.items()
-            if templar(container_runtime_result=outcome).evaluate_conditional(trust_as_template(when))]
+            if templar(__container_runtime_docker_verification=outcome).evaluate_conditional(trust_as_template(when))]
     assert said == ['Say why no container was run']
     for status in ('ok', 'off', 'check_mode', 'absent', 'not_loaded'):
-        outcome['verification']['status'] = status
-        assert not any(templar(container_runtime_result=outcome).evaluate_conditional(trust_as_template(when))
-                       for when in conditions.values())
+        outcome['status'] = status
+        assert not any(templar(__container_runtime_docker_verification=outcome).evaluate_conditional(
+            trust_as_template(when)) for when in conditions.values())
+
+
+# container_runtime's engines: the list named, auto from container_engines_info, in the role's order.
+
+FOUND = {'auto': ['containerd', 'docker'],
+         'engines': {'containerd': {'installed': True, 'auto': True}, 'crio': {'installed': False, 'auto': False},
+                     'docker': {'installed': True, 'auto': True}}}
+SKIPPED = {'changed': False, 'skipped': True, 'skip_reason': 'Conditional result was False'}
+
+
+@pytest.mark.parametrize('engines, found, expected', [
+    (['auto'], FOUND, ['containerd', 'docker']),
+    (['auto'], dict(FOUND, auto=[]), []),
+    (['docker'], SKIPPED, ['docker']),
+    (['docker', 'crio', 'containerd'], SKIPPED, ['containerd', 'crio', 'docker']),
+    (['auto', 'crio'], FOUND, ['containerd', 'crio', 'docker']),
+    (['docker', 'auto', 'docker'], FOUND, ['containerd', 'docker']),
+    ([], SKIPPED, []),
+])
+def test_the_engine_list_is_what_was_named_plus_what_auto_found_in_the_role_order(engines, found, expected):
+    assert evaluate('__container_runtime_engine_list', container_runtime_engines=engines,
+                    __container_runtime_found=found) == expected
+
+
+def test_each_engine_runs_only_when_listed_and_auto_asks_the_host_only_when_named():
+    role_tasks = tasks('container_runtime')
+    conditions = dict((task['name'], task['when']) for task in role_tasks if 'when' in task)
+    info = conditions['Find the container engines installed on the host']
+    assert runtime_vars(container_runtime_engines=['auto']).evaluate_conditional(trust_as_template(info)) is True
+    assert runtime_vars(container_runtime_engines=['docker']).evaluate_conditional(trust_as_template(info)) is False
+    imports = dict((task['ansible.builtin.import_tasks'], task['when']) for task in role_tasks
+                   if 'ansible.builtin.import_tasks' in task)
+    assert sorted(imports) == ['containerd.yml', 'crio.yml', 'docker.yml']
+    for listed in (['docker'], ['containerd'], ['crio', 'docker'], []):
+        variables = runtime_vars(container_runtime_engines=listed, __container_runtime_found=SKIPPED)
+        ran = sorted(name[:-4] for name, when in imports.items()
+                     if variables.evaluate_conditional(trust_as_template(when)))
+        assert ran == sorted(listed)
+    # Each engine's module gets the shared options under its own names.
+    containerd = tasks('container_runtime', 'containerd.yml')[0]['gpufleet.nvidia.containerd_runtime']
+    crio = tasks('container_runtime', 'crio.yml')[0]['gpufleet.nvidia.crio_runtime']
+    for module in (containerd, crio):
+        assert module['apply_timeout'] == '{{ container_runtime_timeout }}'
+        assert module['name'] == '{{ container_runtime_name }}' and module['state'] == '{{ container_runtime_state }}'
+
+
+def test_reload_is_refused_before_anything_changes_when_containerd_is_listed():
+    refused = evaluate('__container_runtime_apply_refused', container_runtime_apply='reload',
+                       container_runtime_engines=['containerd', 'docker'], __container_runtime_found=SKIPPED)
+    assert 'containerd has no reload' in refused and 'containerd, docker' in refused
+    assert evaluate('__container_runtime_apply_refused', container_runtime_apply='reload',
+                    container_runtime_engines=['docker', 'crio'], __container_runtime_found=SKIPPED) == ''
+    assert evaluate('__container_runtime_apply_refused', container_runtime_apply='auto',
+                    container_runtime_engines=['containerd'], __container_runtime_found=SKIPPED) == ''
+    first = [task.get('name') for task in tasks('container_runtime')][:2]
+    assert first == ['Find the container engines installed on the host', 'Refuse an apply method an engine does not have']
+
+
+CONTAINERD = {'changed': True, 'action': 'restart', 'runtimes': ['nvidia', 'runc'], 'default_runtime': 'runc'}
+VERIFIED = {'verified': True, 'status': 'ok'}
+
+
+def test_the_result_has_every_engine_and_keeps_dockerds_at_the_top():
+    both = evaluate('__container_runtime_result', container_runtime_engines=['auto'], __container_runtime_found=FOUND,
+                    __container_runtime_containerd=CONTAINERD, __container_runtime_crio=SKIPPED,
+                    __container_runtime_docker=dict(REGISTERED, changed=False),
+                    __container_runtime_docker_verification=VERIFIED)
+    assert both['engine_list'] == ['containerd', 'docker'] and both['found'] == FOUND['engines']
+    assert both['engines'] == {'containerd': CONTAINERD,
+                               'docker': dict(REGISTERED, changed=False, verification=VERIFIED)}
+    assert both['action'] == 'reload' and both['verification'] == VERIFIED  # dockerd's, as before
+    assert both['changed'] is True  # containerd changed
+    # containerd alone: nothing of dockerd's, not even a stale verification from an earlier include.
+    alone = evaluate('__container_runtime_result', container_runtime_engines=['containerd'],
+                     __container_runtime_found=SKIPPED, __container_runtime_containerd=dict(CONTAINERD, changed=False),
+                     __container_runtime_docker=SKIPPED, __container_runtime_docker_verification=VERIFIED)
+    assert alone == {'engines': {'containerd': dict(CONTAINERD, changed=False)}, 'engine_list': ['containerd'],
+                     'found': None, 'changed': False}
+
+
+def test_site_summary_names_what_each_engine_runs():
+    summary = yaml.safe_load(read('playbooks', 'site.yml'))[0]['post_tasks'][0]
+
+    def render(runtime):
+        variables = dict((key, trust_as_template(value)) for key, value in summary['vars'].items())
+        return templar(gpu_node_result={'persistenced': None, 'gpu_persistence': None, 'container_runtime': runtime},
+                       **variables).template(trust_as_template(summary['ansible.builtin.debug']['msg'])).split()
+
+    docker = dict(REGISTERED, verification=VERIFIED)
+    line = render(dict(docker, engines={'containerd': CONTAINERD, 'docker': docker}))
+    assert 'containerd_runtimes=nvidia,runc' in line and 'containerd_action=restart' in line
+    assert 'docker_runtimes=nvidia,runc' in line and 'nvidia_run=ok' in line
+    assert not [token for token in line if token.startswith('crio_')]
+    crio = {'changed': False, 'action': 'none', 'runtimes': ['crun', 'nvidia'], 'default_runtime': 'crun'}
+    line = render({'engines': {'crio': crio}, 'engine_list': ['crio']})
+    assert 'crio_runtimes=crun,nvidia' in line and 'crio_action=none' in line
+    assert 'docker_runtimes=n/a' in line and 'nvidia_run=n/a' in line
 
 
 def runs_gpu_persistence(**variables):
