@@ -8,7 +8,7 @@ dockerd runs inside a private mount namespace (``unshare --mount
 entered with ``nsenter``) with tmpfs over ``/etc/docker`` (it writes key.json
 there) and ``/run``, and its own ``--config-file``, ``--data-root``,
 ``--exec-root``, ``--pidfile`` and ``-H unix://<tmp>/docker.sock``, with
-``--iptables=false --bridge=none --storage-driver=vfs``: nothing on the host
+``--iptables=false --ip-forward=false --bridge=none --storage-driver=vfs``: nothing on the host
 changes and no network is touched. Every process it leaves behind (containerd
 shims, container processes) is found by its private directory and ended by PID.
 
@@ -66,7 +66,7 @@ class LabDockerd(PrivateDaemon):
     def argv(self):
         return [DOCKERD, '--config-file', self.config, '--data-root', os.path.join(self.base, 'data'),
                 '--exec-root', os.path.join(self.base, 'exec'), '--pidfile', self.pidfile,
-                '-H', 'unix://' + self.socket, '--iptables=false', '--bridge=none',
+                '-H', 'unix://' + self.socket, '--iptables=false', '--ip-forward=false', '--bridge=none',
                 '--storage-driver=vfs'] + self.flags
 
     def answers(self):
