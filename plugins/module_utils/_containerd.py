@@ -265,7 +265,7 @@ def plan_present(config, request, schema, before, dschema):
             if name != request.name and name in before_runtimes:
                 runtime = before_runtimes[name]
                 lines += runtime_lines(schema, name, {'runtime_type': runtime.get('runtime_type') or RUNC_V2,
-                                                      'options': nonzero(runtime.get('options'))}, indent)
+                                                      'options': runtime.get('options')}, indent)
         lines += runtime_lines(schema, request.name, want, indent)
     lines.append(END)
     default_lines = plan_default(config, request, schema, splice, indent, changes, warnings, default_name)
@@ -394,7 +394,7 @@ def plan_absent(config, request, schema):
             if name != request.name:
                 runtime = get(config.values, schema.runtime(name)) or {}
                 lines += runtime_lines(schema, name, {'runtime_type': runtime.get('runtime_type') or RUNC_V2,
-                                                      'options': nonzero(runtime.get('options'))}, indent)
+                                                      'options': runtime.get('options')}, indent)
         entry = config.doc.entry(key)
         if entry is not None and config.in_block(entry.start) and get(config.values, key) != request.name:
             lines += ['[%s]' % ts.dotted(schema.containerd),
