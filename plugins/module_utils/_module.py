@@ -33,8 +33,8 @@ def init_system(module, run, chosen='auto'):
     return (detected['init_system'] if chosen == 'auto' else chosen), tools, detected
 
 
-def exit_config_run(module, path, converge):
-    """Run ``converge() -> result`` for the configuration file ``path`` and exit the module with it.
+def config_run(module, path, converge):
+    """Run ``converge() -> result`` for the configuration file ``path`` and return the module's result.
 
     A GpufleetError or an OS error fails the module naming ``path``; the
     result's ``warnings`` become Ansible warnings and its ``before``/``after``
@@ -51,4 +51,4 @@ def exit_config_run(module, path, converge):
     before, after = result.pop('before'), result.pop('after')
     if module._diff:
         result['diff'] = dict(before=before, after=after, before_header=path, after_header=path)
-    module.exit_json(**result)
+    return result

@@ -208,47 +208,12 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
-
-ARGUMENT_SPEC = dict(
-    path=dict(type='path', default=_containerd.DEFAULT_PATH),
-    name=dict(type='str', default='nvidia'),
-    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
-    default_runtime=dict(type='bool'),
-    state=dict(type='str', default='present', choices=['present', 'absent']),
-    backup=dict(type='bool', default=False),
-    apply=dict(type='str', default='auto', choices=['auto', 'restart', 'none']),
-    service_name=dict(type='str', default='containerd'),
-    apply_timeout=dict(type='int', default=60),
-)
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._concerns import CONTAINERD as CONCERN
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    params = module.params
-
-    run_command = _module.runner(module)
-    init, tools, unused_detected = _module.init_system(module, run_command)
-    service = Service(init, params['service_name'], run_command, tools,
-                      lambda: _containerd_apply.find_pid(params['path']),
-                      log_files=_containerd_apply.log_files(params['service_name']))
-    containerd = module.get_bin_path('containerd')
-    if containerd is None:
-        module.fail_json(msg='containerd is not installed on this host (no containerd executable found); '
-                             'install the containerd package first.', path=params['path'])
-    programs = _containerd_apply.Tools(run_command, containerd=containerd,
-                                       ctr=module.get_bin_path('ctr') or 'ctr')
-    request = _containerd_apply.Request(
-        path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
-        default_runtime=params['default_runtime'], state=params['state'], apply=params['apply'],
-        timeout=params['apply_timeout'])
-    converge = _containerd_apply.Converge(request, service, programs, backup=params['backup'] or None,
-                                          label=_host.selinux_labeller(module))
-    _module.exit_config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
+    module = AnsibleModule(**CONCERN.module_args())
+    module.exit_json(**CONCERN.run(module))
 
 
 if __name__ == '__main__':

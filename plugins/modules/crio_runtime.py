@@ -204,52 +204,14 @@ msg:
   sample: "/etc/crio/crio.conf.d/99-nvidia.conf changed; crio was restarted (the file changed)"
 '''
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
-
-ARGUMENT_SPEC = dict(
-    path=dict(type='path', default=_crio.DEFAULT_PATH),
-    config_path=dict(type='path', default=_crio.DEFAULT_CONFIG),
-    config_dir=dict(type='path', default=_crio.DEFAULT_DIR),
-    name=dict(type='str', default='nvidia'),
-    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
-    default_runtime=dict(type='bool'),
-    state=dict(type='str', default='present', choices=['present', 'absent']),
-    backup=dict(type='bool', default=False),
-    apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
-    service_name=dict(type='str', default='crio'),
-    apply_timeout=dict(type='int', default=60),
-)
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._concerns import CRIO as CONCERN
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    params = module.params
-
-    run_command = _module.runner(module)
-    init, tools, unused_detected = _module.init_system(module, run_command)
-    service = Service(init, params['service_name'], run_command, tools,
-                      lambda: _crio_apply.find_pid(params['config_path'], params['config_dir'])[0])
-    crio = module.get_bin_path('crio')
-    if crio is None:
-        module.fail_json(msg='crio is not installed on this host (no crio executable found); install CRI-O first.',
-                         path=params['path'])
-    request = _crio.Request(
-        path=params['path'], config_path=params['config_path'], config_dir=params['config_dir'], name=params['name'],
-        runtime_path=params['runtime_path'], default_runtime=params['default_runtime'], state=params['state'],
-        apply=params['apply'], timeout=params['apply_timeout'])
-    converge = _crio_apply.Converge(request, service, _crio_apply.Tools(run_command, crio=crio),
-                                    backup=params['backup'] or None,
-                                    backup_dir=os.path.dirname(params['config_dir'].rstrip('/')),
-                                    label=_host.selinux_labeller(module))
-    _module.exit_config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
+    module = AnsibleModule(**CONCERN.module_args())
+    module.exit_json(**CONCERN.run(module))
 
 
 if __name__ == '__main__':

@@ -162,23 +162,12 @@ exposed_containers:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._dev_char import Runner
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI
-
-ARGUMENT_SPEC = dict(
-    state=dict(type='str', default='present', choices=['present', 'absent']),
-    boot=dict(type='bool', default=True),
-    init_system=dict(type='str', default='auto', choices=['auto', 'systemd', 'sysvinit', 'upstart']),
-    dev_root=dict(type='path', default='/dev'),
-    report_containers=dict(type='bool', default=True),
-    docker_host=dict(type='str', default='unix:///var/run/docker.sock'),
-)
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._concerns import DEVICE_LINKS as CONCERN
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    api = DockerAPI(module.params['docker_host'], timeout=5.0) if module.params['report_containers'] else None
-    module.exit_json(**Runner(module, api=api).converge())
+    module = AnsibleModule(**CONCERN.module_args())
+    module.exit_json(**CONCERN.run(module))
 
 
 if __name__ == '__main__':

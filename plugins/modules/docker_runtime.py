@@ -256,58 +256,12 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as daemon_json
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, socket_path_from_host
-
-ARGUMENT_SPEC = dict(
-    path=dict(type='path', default=daemon_json.DEFAULT_PATH),
-    name=dict(type='str', default='nvidia'),
-    runtime_path=dict(type='str', default='nvidia-container-runtime'),
-    runtime_args=dict(type='list', elements='str'),
-    default_runtime=dict(type='bool'),
-    cdi=dict(type='bool'),
-    state=dict(type='str', default='present', choices=['present', 'absent']),
-    backup=dict(type='bool', default=False),
-    apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
-    docker_host=dict(type='str', default='unix:///var/run/docker.sock'),
-    service_name=dict(type='str', default='docker'),
-    apply_timeout=dict(type='int', default=60, aliases=['timeout']),
-)
-
-
-def build_service(module, socket_path):
-    run_command = _module.runner(module)
-    init, tools, unused_detected = _module.init_system(module, run_command)
-    return _dockerd.Dockerd(run_command, init, tools, service=module.params['service_name'],
-                            socket_path=socket_path), run_command
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._concerns import DOCKER as CONCERN
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    params = module.params
-    socket_path = socket_path_from_host(params['docker_host'])
-    service, run_command = build_service(module, socket_path)
-    api = DockerAPI(socket_path, timeout=min(10, max(1, params['apply_timeout'])))
-    request = _docker_apply.Request(
-        path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
-        runtime_args=params['runtime_args'], default_runtime=params['default_runtime'], cdi=params['cdi'],
-        state=params['state'], apply=params['apply'], timeout=params['apply_timeout'])
-
-    def dockerd_checks():
-        dockerd_path = module.get_bin_path('dockerd')
-        help_text = _dockerd.dockerd_help(run_command, dockerd_path)
-        if help_text is None:  # no dockerd here, or one too old to say: nothing to check against
-            return None, None
-        return (_dockerd.dockerd_validator(run_command, dockerd_path, help_text=help_text),
-                _dockerd.option_keys_from_help(help_text))
-
-    _module.exit_config_run(module, params['path'], lambda: _docker_apply.converge(
-        request, service, api, check_mode=module.check_mode, backup=params['backup'] or None,
-        label=_host.selinux_labeller(module), dockerd_checks=dockerd_checks))
+    module = AnsibleModule(**CONCERN.module_args())
+    module.exit_json(**CONCERN.run(module))
 
 
 if __name__ == '__main__':

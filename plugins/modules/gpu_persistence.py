@@ -186,47 +186,12 @@ missing_library:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._concerns import GPU_PERSISTENCE as CONCERN
 
 
 def main():
-    argument_spec = dict(
-        gpus=dict(type='list', elements='raw', default=['all']),
-        mode=dict(type='str', choices=['enabled', 'disabled']),
-        modes=dict(type='list', elements='dict', options=dict(
-            gpu=dict(type='raw', required=True),
-            mode=dict(type='str', required=True, choices=['enabled', 'disabled']),
-        )),
-        persist=dict(type='bool', default=True),
-        state_file=dict(type='path', default=state.DEFAULT_PATH),
-        service_user=dict(type='str'),
-    )
-    argument_spec.update(_gpu.ACCESS_ARGUMENT_SPEC)
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        mutually_exclusive=[['mode', 'modes']],
-        required_one_of=[['mode', 'modes']],
-        supports_check_mode=True,
-    )
-    params = module.params
-    if params['modes'] is not None and params['gpus'] != ['all']:
-        module.fail_json(msg='gpus and modes are mutually exclusive: name each GPU in modes')
-    try:
-        backend, unused_answers = _gpu.open_backend(module.params, 'to set persistence through NVML')
-    except _gpu.GpuError as exc:
-        module.fail_json(**exc.fail_json_args())
-    run = _gpu_apply.PersistenceRun(params, backend)
-    try:
-        run.plan()  # every GPU and the state file first: a bad state file fails before any GPU changes
-        if not module.check_mode:
-            run.apply()
-    except _gpu_apply.RunError as exc:
-        module.fail_json(**exc.fields)
-    for warning in run.warnings():
-        module.warn(warning)
-    module.exit_json(**run.result(diff=module._diff))
+    module = AnsibleModule(**CONCERN.module_args())
+    module.exit_json(**CONCERN.run(module))
 
 
 if __name__ == '__main__':
