@@ -12,15 +12,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import base64
-import os
-import zlib
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                       'files', 'gpufleet-persistenced')
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._bundled import bundled_source
 
 
 class ActionModule(ActionBase):
@@ -34,12 +29,7 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         if 'bundled_source' in args:
             raise AnsibleActionFail('bundled_source is internal to gpufleet.nvidia.persistenced; do not set it')
-        try:
-            with open(BUNDLED, 'rb') as handle:
-                # compressed: a quarter of the size on the wire, on every run of every host
-                args['bundled_source'] = 'zlib+base64:' + base64.b64encode(zlib.compress(handle.read(), 9)).decode('ascii')
-        except (IOError, OSError) as exc:
-            raise AnsibleActionFail('cannot read the bundled daemon %s from the collection: %s' % (BUNDLED, exc))
+        args['bundled_source'] = bundled_source()
         result.update(self._execute_module(module_name='gpufleet.nvidia.persistenced', module_args=args,
                                            task_vars=task_vars))
         return result

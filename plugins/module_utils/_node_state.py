@@ -1,0 +1,171 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""node_state: every concern's check-mode verdict on one host, in one process.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. Each concern is evaluated by running that concern module's own
+body (``_concerns.CONCERNS[name].run``) in check mode, with a stand-in for
+its AnsibleModule (``ConcernModule``) whose options are validated against the
+concern module's own argument spec. There is no second copy of any decision:
+what node_state says about a concern is what the concern's module, run in
+check mode with the same options, says.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import traceback
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engines
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+
+# A concern that must run whenever one it depends on runs: a persistence daemon that is (re)started, installed or
+# removed may bring the GPUs back to its global default, so their modes are set again after it.
+DEPENDS = {'gpu_persistence': ('persistenced',)}
+
+
+class ConcernExit(BaseException):
+    """A concern's run ended (exit_json or fail_json); BaseException, as AnsibleModule's SystemExit is."""
+
+    def __init__(self, result, failed):
+        BaseException.__init__(self, result.get('msg', ''))
+        self.result = result
+        self.failed = failed
+
+
+class ConcernModule(object):
+    """What a concern's run uses of its AnsibleModule, for node_state: its own options, check mode, always.
+
+    Commands and tool lookups go to node_state's AnsibleModule; warnings are
+    collected; ``fail_json``/``exit_json`` end the concern's run only.
+    """
+
+    def __init__(self, module, concern, params, diff=False):
+        self._module = module
+        self.concern = concern
+        self.check_mode = True
+        self._diff = diff
+        self.warnings = []
+        validated = ArgumentSpecValidator(concern.spec, **concern.checks).validate(dict(params))
+        if validated.error_messages:
+            raise ConcernExit({'msg': '%s: %s' % (concern.module, '; '.join(validated.error_messages))}, True)
+        self.params = validated.validated_parameters
+
+    def run_command(self, *args, **kwargs):
+        return self._module.run_command(*args, **kwargs)
+
+    def get_bin_path(self, arg, required=False, opt_dirs=None):
+        path = self._module.get_bin_path(arg, required=False, opt_dirs=opt_dirs)
+        if required and path is None:
+            self.fail_json(msg='Failed to find required executable "%s" in paths: %s' % (arg, 'PATH'))
+        return path
+
+    def warn(self, warning):
+        self.warnings.append(warning)
+
+    def fail_json(self, **result):
+        raise ConcernExit(result, True)
+
+    def exit_json(self, **result):
+        raise ConcernExit(result, False)
+
+    def backup_local(self, path):
+        raise AssertionError('%s wrote a backup of %s in check mode' % (self.concern.module, path))
+
+    def selinux_enabled(self):
+        return self._module.selinux_enabled()
+
+    def selinux_context(self, path):
+        return self._module.selinux_context(path)
+
+    def selinux_default_context(self, path):
+        return self._module.selinux_default_context(path)
+
+    def set_context_if_different(self, *args, **kwargs):
+        raise AssertionError('%s set a file context in check mode' % self.concern.module)
+
+
+def check(module, concern, params, diff=False):
+    """``{'converged', 'result', 'failed', 'warnings'}``: the concern module's check-mode run with ``params``."""
+    try:
+        stand_in = ConcernModule(module, concern, params, diff=diff)
+    except ConcernExit as exc:
+        return {'converged': False, 'failed': True, 'result': exc.result, 'warnings': []}
+    try:
+        result, failed = concern.run(stand_in), False
+    except ConcernExit as exc:
+        result, failed = exc.result, exc.failed
+    except Exception as exc:  # one concern's unexpected error must not hide the others' verdicts
+        result, failed = {'msg': '%s could not be evaluated: %s: %s' % (
+            concern.module, type(exc).__name__, exc), 'exception': traceback.format_exc()}, True
+    result = dict(result)
+    return {'converged': not failed and not result.get('changed'), 'failed': failed, 'result': result,
+            'warnings': stand_in.warnings}
+
+
+def engine_list(wanted, run, containerd_config):
+    """``(engines, found)``: the engines of ``wanted`` (``auto`` = those installed, as container_engines_info says),
+    in the order they are registered; ``found`` is container_engines_info's report, or None without ``auto``."""
+    found = _engines.detect(run, containerd_config=containerd_config) if 'auto' in wanted else None
+    chosen = set(wanted) | set(found['auto'] if found else ())
+    return [engine for engine in _concerns.ENGINES if engine in chosen], found
+
+
+def describe(name, verdict):
+    """What would change for one concern, in one line ('' when converged)."""
+    if verdict['converged']:
+        return ''
+    result = verdict['result']
+    if verdict['failed']:
+        return 'fails: %s' % result.get('msg', 'no message')
+    if name == 'gpu_persistence':
+        gpus = ['%s %s->%s' % (gpu.get('index'), gpu.get('before'), gpu.get('after'))
+                for gpu in result.get('gpus', []) if gpu.get('changed')]
+        if result.get('state_changed'):
+            gpus.append('state file')
+        return ', '.join(gpus)
+    if name in _concerns.ENGINES:
+        return 'action %s%s' % (result.get('action'), ', file changes' if result.get('file_changed') else '')
+    return ', '.join(result.get('actions', [])) or result.get('msg', 'changes')
+
+
+def evaluate(module, options, diff=False):
+    """node_state's result for ``options`` (the module's parameters): every requested concern's verdict."""
+    run = _module.runner(module)
+    requested = [name for name in _concerns.ORDER if options.get(name) is not None]
+    engines, found = [], None
+    if any(name in _concerns.ENGINES for name in requested):
+        if options['engines']:
+            containerd_config = (options.get('containerd') or {}).get('path') or _concerns.CONTAINERD_SPEC['path'][
+                'default']
+            engines, found = engine_list(options['engines'], run, containerd_config)
+        else:
+            engines = [name for name in requested if name in _concerns.ENGINES]
+        requested = [name for name in requested if name not in _concerns.ENGINES or name in engines]
+    concerns, warnings, diffs = {}, [], []
+    for name in requested:
+        params = dict(options[name])
+        if name == 'persistenced' and options.get('bundled_source'):
+            params.setdefault('bundled_source', options['bundled_source'])
+        verdict = check(module, _concerns.CONCERNS[name], params, diff=diff)
+        verdict['changes'] = describe(name, verdict)
+        concerns[name] = verdict
+        warnings.extend('%s: %s' % (_concerns.CONCERNS[name].module, w) for w in verdict.pop('warnings'))
+        produced = verdict['result'].pop('diff', None)
+        if produced:
+            diffs.extend(produced if isinstance(produced, list) else [produced])
+    drifted = [name for name in requested if not concerns[name]['converged']]
+    to_run = [name for name in requested
+              if name in drifted or any(dep in drifted for dep in DEPENDS.get(name, ()))]
+    if drifted:
+        msg = 'drifted: ' + '; '.join('%s (%s)' % (name, concerns[name]['changes']) for name in drifted)
+    else:
+        msg = 'converged: %s' % (', '.join(requested) or 'nothing evaluated')
+    result = dict(changed=False, converged=not drifted, drifted=drifted, run=to_run, evaluated=requested,
+                  concerns=concerns, engine_list=engines, engines_found=found['engines'] if found else None, msg=msg)
+    return result, warnings, diffs

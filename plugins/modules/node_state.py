@@ -1,0 +1,215 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: node_state
+short_description: Tell, in one round trip, which of a GPU node's concerns drifted and how (read-only)
+version_added: 0.1.0
+description:
+  - Evaluates every requested concern of a GPU node, the /dev/char links (M(gpufleet.nvidia.device_links)), the
+    persistence daemon (M(gpufleet.nvidia.persistenced)), the GPUs' persistence modes
+    (M(gpufleet.nvidia.gpu_persistence)) and the runtime registration of each container engine
+    (M(gpufleet.nvidia.containerd_runtime), M(gpufleet.nvidia.crio_runtime), M(gpufleet.nvidia.docker_runtime)),
+    in one module run on the host, and changes nothing.
+  - Each concern is evaluated by running that concern module's own code in check mode with the options given here,
+    validated against that module's own argument spec. Its verdict (RV(concerns)) is the check-mode result that
+    module returns with the same options, so there is no second copy of any decision.
+  - The C(gpufleet.nvidia.gpu_node) role (and so C(playbooks/site.yml)) runs it first and then runs a concern's module
+    only where that concern drifted (RV(run)); C(playbooks/drift.yml) turns the fleet's results into a drift report.
+  - A concern whose check fails (bad options, a host problem its module would fail on) is reported as drifted with
+    the module's own message, so that running its module reports the failure where it belongs.
+author:
+  - gpufleet.nvidia maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The module never changes anything; it runs the same way in and out of check mode.
+  diff_mode:
+    support: full
+    details:
+      - Returns, as its diff, every diff the concern modules return in check mode (the files and modes that would
+        change).
+  idempotent:
+    support: full
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the
+      controller.
+    support: full
+    details:
+      - An action plugin hands the module the collection's copy of the bundled persistence daemon, which the
+        persistence daemon's check compares with the installed one.
+options:
+  device_links:
+    description:
+      - The options of M(gpufleet.nvidia.device_links) to evaluate; omitted or null leaves the concern out.
+    type: dict
+  persistenced:
+    description:
+      - The options of M(gpufleet.nvidia.persistenced) to evaluate; omitted or null leaves the concern out.
+    type: dict
+  gpu_persistence:
+    description:
+      - The options of M(gpufleet.nvidia.gpu_persistence) to evaluate; omitted or null leaves the concern out.
+    type: dict
+  engines:
+    description:
+      - The container engines whose registration is evaluated, from V(containerd), V(crio), V(docker) and V(auto)
+        (every engine installed on the host, as M(gpufleet.nvidia.container_engines_info) reports for C(auto)).
+      - An engine is evaluated when it is in this list and its options (O(containerd), O(crio), O(docker)) are given.
+        Empty evaluates every engine whose options are given.
+    type: list
+    elements: str
+    choices: [auto, containerd, crio, docker]
+    default: []
+  containerd:
+    description:
+      - The options of M(gpufleet.nvidia.containerd_runtime) to evaluate.
+    type: dict
+  crio:
+    description:
+      - The options of M(gpufleet.nvidia.crio_runtime) to evaluate.
+    type: dict
+  docker:
+    description:
+      - The options of M(gpufleet.nvidia.docker_runtime) to evaluate.
+    type: dict
+  bundled_source:
+    description:
+      - Internal, set by the action plugin (the collection's copy of the bundled daemon); do not set it.
+    type: str
+notes:
+  - Needs what each evaluated concern's module needs to read the host (root, C(become=true)).
+  - Per-GPU persistence is always to be run after the persistence daemon drifted (RV(run)), since installing or
+    restarting a daemon can bring the GPUs back to its global default.
+seealso:
+  - module: gpufleet.nvidia.device_links
+  - module: gpufleet.nvidia.persistenced
+  - module: gpufleet.nvidia.gpu_persistence
+  - module: gpufleet.nvidia.containerd_runtime
+  - module: gpufleet.nvidia.crio_runtime
+  - module: gpufleet.nvidia.docker_runtime
+'''
+
+EXAMPLES = r'''
+- name: Which concerns of the node drifted?
+  gpufleet.nvidia.node_state:
+    persistenced: {}
+    gpu_persistence:
+      mode: enabled
+    engines: [auto]
+    containerd: {}
+    docker: {}
+  become: true
+  register: node
+
+- name: Say what drifted
+  ansible.builtin.debug:
+    msg: "{{ node.msg }}"
+  when: not node.converged
+'''
+
+RETURN = r'''
+converged:
+  description: Whether every evaluated concern is converged.
+  returned: always
+  type: bool
+  sample: false
+drifted:
+  description: The concerns that are not converged (their module would change something, or fail).
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu_persistence]
+run:
+  description: The concerns whose module is to run, in order; the drifted ones and the ones that depend on them
+    (per-GPU persistence after the persistence daemon).
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu_persistence]
+evaluated:
+  description: The concerns evaluated, in order (C(device_links), C(persistenced), C(gpu_persistence), C(containerd),
+    C(crio), C(docker)).
+  returned: always
+  type: list
+  elements: str
+  sample: [persistenced, gpu_persistence, containerd, docker]
+concerns:
+  description: Per evaluated concern, its verdict.
+  returned: always
+  type: dict
+  contains:
+    converged:
+      description: The concern's module would change nothing and not fail.
+      type: bool
+      sample: false
+    failed:
+      description: The concern's module would fail; its message is the C(msg) of RV(concerns.result).
+      type: bool
+      sample: false
+    changes:
+      description: What would change, in one line; empty when converged.
+      type: str
+      sample: 1 disabled->enabled
+    result:
+      description: The concern module's own check-mode result, without its diff (which, in diff mode, is the module's diff).
+      type: dict
+      sample: {"changed": true, "backend": "rpc", "gpus": [], "state_changed": false, "state_file": null}
+  sample: {"gpu_persistence": {"converged": false, "failed": false, "changes": "1 disabled->enabled", "result": {}}}
+engine_list:
+  description: The container engines evaluated, in the order they are registered.
+  returned: always
+  type: list
+  elements: str
+  sample: [containerd, docker]
+engines_found:
+  description: With V(auto) in O(engines), what M(gpufleet.nvidia.container_engines_info) reports per engine; null
+    otherwise.
+  returned: always
+  type: dict
+  sample: {"docker": {"installed": true, "binary": "/usr/sbin/dockerd", "auto": true, "reason": "installed"}}
+msg:
+  description: What was found, in one line.
+  returned: always
+  type: str
+  sample: "drifted: gpu_persistence (1 disabled->enabled)"
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            device_links=dict(type='dict'),
+            persistenced=dict(type='dict'),
+            gpu_persistence=dict(type='dict'),
+            engines=dict(type='list', elements='str', default=[], choices=['auto', 'containerd', 'crio', 'docker']),
+            containerd=dict(type='dict'),
+            crio=dict(type='dict'),
+            docker=dict(type='dict'),
+            bundled_source=dict(type='str', no_log=True),
+        ),
+        supports_check_mode=True,
+    )
+    result, warnings, diffs = _node_state.evaluate(module, module.params, diff=module._diff)
+    for warning in warnings:
+        module.warn(warning)
+    if module._diff:
+        result['diff'] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,30 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The bundled persistence daemon's text, read on the controller for the modules that install or check it.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change at any time.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import os
+import zlib
+
+from ansible.errors import AnsibleActionFail
+
+BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       'files', 'gpufleet-persistenced')
+
+
+def bundled_source():
+    """``files/gpufleet-persistenced`` as the modules' ``bundled_source``: compressed, a quarter of the size on the
+    wire, on every run of every host."""
+    try:
+        with open(BUNDLED, 'rb') as handle:
+            return 'zlib+base64:' + base64.b64encode(zlib.compress(handle.read(), 9)).decode('ascii')
+    except (IOError, OSError) as exc:
+        raise AnsibleActionFail('cannot read the bundled daemon %s from the collection: %s' % (BUNDLED, exc))

@@ -1,0 +1,211 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""node_state: each concern's verdict is that concern module's own check-mode result.
+
+The docker_runtime scenarios of test_docker_runtime.py (a converged file, a runtime missing, a path
+edited by hand, a removal, bad JSON, dockerd down) are run twice: through docker_runtime's main()
+in check mode, and through node_state's evaluation; the two results must be equal, key for key.
+The lab's molecule scenario ``site`` does the same for every concern on real hosts.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
+from ansible_collections.gpufleet.nvidia.plugins.modules import docker_runtime
+from ansible_collections.gpufleet.nvidia.plugins.modules import node_state
+
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.modules.test_docker_runtime import FakeDockerd, HELP_20_10, ModuleExit
+
+
+class HostModule(object):
+    """node_state's own AnsibleModule, as far as a concern's run reaches it (commands, tool lookup)."""
+
+    def __init__(self, bins=None):
+        self.bins = bins or {}
+        self.commands = []
+
+    def run_command(self, argv, **kwargs):
+        self.commands.append(argv)
+        return 1, '', 'not here'
+
+    def get_bin_path(self, arg, required=False, opt_dirs=None):
+        return self.bins.get(arg)
+
+    def selinux_enabled(self):
+        return False
+
+
+@pytest.fixture
+def fake_dockerd(monkeypatch):
+    dockerd = FakeDockerd()
+    monkeypatch.setattr(_concerns, 'build_dockerd', lambda module, socket_path: (dockerd, None))
+    monkeypatch.setattr(_concerns, 'DockerAPI', lambda *a, **k: dockerd)
+    monkeypatch.setattr(_concerns._dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
+    return dockerd
+
+
+def module_check(monkeypatch, args):
+    def leave(failed):
+        def method(self, **kwargs):
+            raise ModuleExit(kwargs, failed)
+        return method
+    monkeypatch.setattr(docker_runtime.AnsibleModule, 'exit_json', leave(False))
+    monkeypatch.setattr(docker_runtime.AnsibleModule, 'fail_json', leave(True))
+    with patch_module_args(dict(args, _ansible_check_mode=True)):
+        with pytest.raises(ModuleExit) as excinfo:
+            docker_runtime.main()
+    result = dict(excinfo.value.result)
+    for key in ('invocation', 'warnings', 'deprecations'):
+        result.pop(key, None)
+    return result, excinfo.value.failed
+
+
+SCENARIOS = {
+    'converged': '{\n  "runtimes": {\n    "nvidia": {\n      "path": "nvidia-container-runtime",\n'
+                 '      "runtimeArgs": []\n    }\n  }\n}\n',
+    'runtime_missing': '{\n  "log-driver": "local"\n}\n',
+    'path_edited_by_hand': '{\n  "runtimes": {\n    "nvidia": {\n      "path": "/opt/other",\n'
+                           '      "runtimeArgs": []\n    }\n  }\n}\n',
+    'bad_json': '{"runtimes": {',
+    'no_file': None,
+}
+
+
+@pytest.mark.parametrize('state', ['present', 'absent'])
+@pytest.mark.parametrize('scenario', sorted(SCENARIOS))
+@pytest.mark.parametrize('running', [True, False], ids=['running', 'dockerd_down'])
+def test_docker_verdict_is_the_modules_check_mode(monkeypatch, tmp_path, fake_dockerd, scenario, state, running):
+    path = str(tmp_path / 'daemon.json')
+    if SCENARIOS[scenario] is not None:
+        with open(path, 'w') as handle:
+            handle.write(SCENARIOS[scenario])
+    fake_dockerd.path = path
+    fake_dockerd.running = running
+    if scenario == 'converged':
+        fake_dockerd.runtimes['nvidia'] = {'path': 'nvidia-container-runtime', 'runtimeArgs': []}
+    args = {'path': path, 'state': state}
+    before = open(path, 'rb').read() if SCENARIOS[scenario] is not None else None
+
+    theirs, failed = module_check(monkeypatch, args)
+    verdict = _node_state.check(HostModule(), _concerns.DOCKER, args)
+
+    assert verdict['failed'] == failed
+    assert verdict['result'] == theirs
+    assert verdict['converged'] == (not failed and not theirs['changed'])
+    assert fake_dockerd.calls == []
+    assert (open(path, 'rb').read() if before is not None else None) == before
+    if scenario == 'converged' and state == 'present' and running:
+        assert verdict['converged']
+    if scenario == 'bad_json':
+        assert verdict['failed'] and path in verdict['result']['msg']
+
+
+def test_options_are_validated_by_the_concern_modules_own_spec():
+    verdict = _node_state.check(HostModule(), _concerns.DOCKER, {'stae': 'present'})
+    assert verdict['failed'] and not verdict['converged']
+    assert verdict['result']['msg'].startswith('docker_runtime: ')
+    assert 'stae' in verdict['result']['msg']
+    both = _node_state.check(HostModule(), _concerns.GPU_PERSISTENCE, {'mode': 'enabled', 'modes': []})
+    assert both['failed'] and 'mutually exclusive' in both['result']['msg']
+    neither = _node_state.check(HostModule(), _concerns.GPU_PERSISTENCE, {})
+    assert neither['failed'] and 'one of the following is required: mode, modes' in neither['result']['msg']
+
+
+class Scripted(_concerns.Concern):
+    """A concern whose run is scripted: a result, a fail_json or an error."""
+
+    def __init__(self, name, outcome):
+        def run(module):
+            assert module.check_mode
+            if outcome == 'fail':
+                module.fail_json(msg='%s cannot be done' % name)
+            if outcome == 'crash':
+                raise OSError(5, 'Input/output error')
+            module.warn('%s says hello' % name)
+            return {'changed': outcome == 'drift', 'actions': ['restart'] if outcome == 'drift' else []}
+        _concerns.Concern.__init__(self, name, name + '_module', {'x': dict(type='int', default=1)}, run)
+
+
+def scripted(monkeypatch, outcomes):
+    concerns = dict((name, Scripted(name, outcome)) for name, outcome in outcomes.items())
+    monkeypatch.setattr(_concerns, 'CONCERNS', dict(_concerns.CONCERNS, **concerns))
+    return dict((name, {}) for name in outcomes)
+
+
+def test_a_converged_node(monkeypatch):
+    options = scripted(monkeypatch, {'persistenced': 'ok', 'gpu_persistence': 'ok', 'docker': 'ok'})
+    result, warnings, diffs = _node_state.evaluate(HostModule(), dict(options, engines=[]))
+    assert result['converged'] and result['drifted'] == [] and result['run'] == []
+    assert result['evaluated'] == ['persistenced', 'gpu_persistence', 'docker']
+    assert result['changed'] is False
+    assert warnings == ['persistenced_module: persistenced says hello', 'gpu_persistence_module: gpu_persistence says hello',
+                        'docker_module: docker says hello']
+    assert result['msg'] == 'converged: persistenced, gpu_persistence, docker'
+
+
+def test_the_gpus_run_again_after_the_daemon_drifted(monkeypatch):
+    options = scripted(monkeypatch, {'persistenced': 'drift', 'gpu_persistence': 'ok', 'docker': 'ok'})
+    result = _node_state.evaluate(HostModule(), dict(options, engines=[]))[0]
+    assert result['drifted'] == ['persistenced'] and result['run'] == ['persistenced', 'gpu_persistence']
+    assert result['concerns']['persistenced']['changes'] == 'restart'
+    assert result['msg'] == 'drifted: persistenced (restart)'
+
+
+def test_a_failing_or_crashing_concern_is_drifted_and_hides_no_other(monkeypatch):
+    options = scripted(monkeypatch, {'device_links': 'crash', 'persistenced': 'fail', 'docker': 'drift'})
+    result = _node_state.evaluate(HostModule(), dict(options, engines=[]))[0]
+    assert result['drifted'] == ['device_links', 'persistenced', 'docker']
+    assert result['concerns']['persistenced']['failed']
+    assert result['concerns']['persistenced']['changes'] == 'fails: persistenced cannot be done'
+    crash = result['concerns']['device_links']['result']
+    assert crash['msg'] == 'device_links_module could not be evaluated: OSError: [Errno 5] Input/output error'
+    assert 'Traceback' in crash['exception']
+
+
+def test_engines_choose_which_registrations_are_evaluated(monkeypatch):
+    options = scripted(monkeypatch, {'containerd': 'drift', 'crio': 'drift', 'docker': 'ok'})
+    result = _node_state.evaluate(HostModule(), dict(options, engines=['docker']))[0]
+    assert result['evaluated'] == ['docker'] and result['engine_list'] == ['docker']
+    assert result['engines_found'] is None
+    found = {'engines': {'containerd': {'auto': True}, 'crio': {'auto': False}, 'docker': {'auto': True}},
+             'auto': ['containerd', 'docker']}
+    asked = []
+    monkeypatch.setattr(_node_state._engines, 'detect', lambda run, containerd_config: asked.append(
+        containerd_config) or found)
+    result = _node_state.evaluate(HostModule(), dict(options, engines=['auto']))[0]
+    assert result['evaluated'] == ['containerd', 'docker'] and result['run'] == ['containerd']
+    assert result['engines_found'] == found['engines']
+    assert asked == ['/etc/containerd/config.toml']
+
+
+def test_the_module_reports_and_never_changes(monkeypatch, tmp_path, fake_dockerd):
+    path = str(tmp_path / 'daemon.json')
+    with open(path, 'w') as handle:
+        handle.write(SCENARIOS['runtime_missing'])
+    fake_dockerd.path = path
+
+    def leave(failed):
+        def method(self, **kwargs):
+            raise ModuleExit(kwargs, failed)
+        return method
+    monkeypatch.setattr(node_state.AnsibleModule, 'exit_json', leave(False))
+    monkeypatch.setattr(node_state.AnsibleModule, 'fail_json', leave(True))
+    with patch_module_args({'docker': {'path': path}, 'engines': ['docker'], '_ansible_diff': True}):
+        with pytest.raises(ModuleExit) as excinfo:
+            node_state.main()
+    result = excinfo.value.result
+    assert not excinfo.value.failed and result['changed'] is False
+    assert result['drifted'] == ['docker'] and result['concerns']['docker']['result']['action'] == 'reload'
+    assert result['diff'][0]['before_header'] == path and '"nvidia"' in result['diff'][0]['after']
+    assert json.loads(open(path).read()) == {'log-driver': 'local'}
+    assert fake_dockerd.calls == []
