@@ -36,6 +36,25 @@ def templar(**variables):
     return Templar(loader=DataLoader(), variables=variables)
 
 
+def trusted_tree(value):
+    """A role's variables as Ansible holds them: every string a trusted template, templated when read."""
+    if isinstance(value, dict):
+        return dict((key, trusted_tree(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return [trusted_tree(item) for item in value]
+    return trust_as_template(value) if isinstance(value, str) else value
+
+
+def role_vars(role):
+    """The role's defaults and vars (vars win), as templates."""
+    found = {}
+    for kind in ('defaults', 'vars'):
+        path = os.path.join(ROOT, 'roles', role, kind, 'main.yml')
+        if os.path.exists(path):
+            found.update(yaml.safe_load(read('roles', role, kind, 'main.yml')) or {})
+    return trusted_tree(found)
+
+
 def registered(role):
     """Every name a role's tasks register, blocks included."""
     names = []
@@ -76,28 +95,59 @@ def test_gpu_node_sets_its_public_result_and_documents_it():
     published = tasks('gpu_node')[-1]
     assert published['tags'] == ['always']
     # The three inner roles' results, and the device_links module's (registered internally by gpu_node).
-    assert sorted(published['ansible.builtin.set_fact']['gpu_node_result']) == sorted(INNER + ('device_links',))
+    # and node_state's whole result under state.
+    assert sorted(published['ansible.builtin.set_fact']['gpu_node_result']) == sorted(INNER + ('device_links', 'state'))
     assert '`gpu_node_result`' in read('roles', 'gpu_node', 'README.md')
 
 
 def node_result(**results):
     template = tasks('gpu_node')[-1]['ansible.builtin.set_fact']['gpu_node_result']
-    return templar(**results).template(dict((key, trust_as_template(value)) for key, value in template.items()))
+    variables = dict(role_vars('gpu_node'), **results)
+    return templar(**variables).template(dict((key, trust_as_template(value)) for key, value in template.items()))
 
 
 def test_gpu_node_result_holds_each_concern_or_null():
     persistenced = {'changed': False, 'actions': [], 'init_system': 'systemd', 'pid': 42}
-    runtime = {'changed': True, 'action': 'reload', 'runtimes': {'nvidia': {}}}
+    runtime = {'changed': True, 'action': 'reload', 'runtimes': {'nvidia': {}},
+               'engines': {'docker': {'changed': True, 'action': 'reload'}}, 'engine_list': ['docker'], 'found': None}
     skipped = {'changed': False, 'skipped': True, 'skip_reason': 'Conditional result was False'}
     links = {'changed': True, 'created': ['195:0', '195:255'], 'exposed_containers': []}
-    assert node_result(persistenced_result=persistenced, gpu_persistence_result=skipped,
+    # gpu_node_evaluate_first: false (node_state skipped): each role's own result.
+    assert node_result(persistenced_result=persistenced, gpu_persistence_result=skipped, __gpu_node_state=skipped,
                        container_runtime_result=runtime, __gpu_node_device_links=links) == {
-        'device_links': links, 'persistenced': persistenced, 'gpu_persistence': None, 'container_runtime': runtime}
+        'state': None, 'device_links': links, 'persistenced': persistenced, 'gpu_persistence': None,
+        'container_runtime': runtime}
     # --tags persistenced: the other tasks never ran, so their results are undefined.
     assert node_result(persistenced_result=persistenced) == {
-        'device_links': None, 'persistenced': persistenced, 'gpu_persistence': None, 'container_runtime': None}
+        'state': None, 'device_links': None, 'persistenced': persistenced, 'gpu_persistence': None,
+        'container_runtime': None}
     # gpu_node_device_links: false skips the module.
     assert node_result(__gpu_node_device_links=skipped)['device_links'] is None
+
+
+def test_gpu_node_result_takes_node_states_verdict_for_what_did_not_run():
+    gpus = {'changed': False, 'gpus': [{'index': 0, 'after': 'enabled'}]}
+    docker = {'changed': False, 'action': 'none', 'runtimes': {'nvidia': {}, 'runc': {}}}
+    containerd = {'changed': True, 'action': 'restart', 'runtimes': ['nvidia', 'runc']}
+    state = {'converged': False, 'drifted': ['containerd'], 'run': ['containerd'], 'engine_list': ['containerd', 'docker'],
+             'engines_found': {'docker': {'auto': True}},
+             'concerns': {'gpu_persistence': {'converged': True, 'result': gpus},
+                          'docker': {'converged': True, 'result': docker},
+                          'containerd': {'converged': False, 'result': containerd}}}
+    ran = {'changed': True, 'engines': {'containerd': dict(containerd, containerd_pid_after=7)},
+           'engine_list': ['containerd'], 'found': None}
+    skipped = {'changed': False, 'skipped': True}
+    result = node_result(__gpu_node_state=state, gpu_persistence_result=skipped, persistenced_result=skipped,
+                         container_runtime_result=ran)
+    assert result['state'] == state and result['gpu_persistence'] == gpus and result['persistenced'] is None
+    # dockerd's converged verdict at the top, containerd's run result under engines, the whole engine list
+    assert result['container_runtime'] == dict(docker, changed=True, engines={
+        'docker': docker, 'containerd': dict(containerd, containerd_pid_after=7)},
+        engine_list=['containerd', 'docker'], found={'docker': {'auto': True}})
+    # nothing ran: node_state's verdicts alone, nothing changed
+    quiet = node_result(__gpu_node_state=dict(state, run=[]), container_runtime_result=skipped)
+    assert quiet['container_runtime']['changed'] is False
+    assert quiet['container_runtime']['engines'] == {'docker': docker, 'containerd': containerd}
 
 
 def no_nvml_retry(**variables):
@@ -376,7 +426,8 @@ def test_site_summary_names_what_each_engine_runs():
 def runs_gpu_persistence(**variables):
     """Whether gpu_node imports gpu_persistence with these variables (all its conditions together)."""
     step = [task for task in tasks('gpu_node') if task.get('name') == 'Per-GPU persistence'][0]
-    values = dict({'gpu_node_gpu_persistence': True, 'ansible_check_mode': False}, **variables)
+    values = dict(role_vars('gpu_node'), **dict({'gpu_node_gpu_persistence': True, 'ansible_check_mode': False,
+                                                 '__gpu_node_run': ['gpu_persistence']}, **variables))
     return all(templar(**values).evaluate_conditional(trust_as_template(condition)) for condition in step['when'])
 
 
@@ -385,5 +436,7 @@ def test_gpu_node_leaves_the_gpus_alone_while_the_daemon_is_stopped_for_maintena
     assert runs_gpu_persistence(persistenced_state='present') is True
     assert runs_gpu_persistence(persistenced_state='stopped') is False
     assert runs_gpu_persistence(gpu_node_gpu_persistence=False) is False
+    # node_state found the GPUs converged (and the daemon too): not run.
+    assert runs_gpu_persistence(__gpu_node_run=['docker']) is False
     # Check mode before the daemon's first start: nothing can read the modes yet.
     assert runs_gpu_persistence(ansible_check_mode=True, persistenced_result={'actions': ['start']}) is False

@@ -125,6 +125,7 @@ STUB_ROLE = '''
 - name: Publish the node's result
   ansible.builtin.set_fact:
     gpu_node_result:
+      state: {converged: true, drifted: []}
       persistenced: {init_system: systemd, daemon: nvidia, pid: 42}
       gpu_persistence: {gpus: [{index: 0, after: enabled}]}
       container_runtime: {runtimes: {nvidia: {}}, action: none, verification: {status: ok}}
@@ -132,7 +133,7 @@ STUB_ROLE = '''
   tags: [always]
 '''
 
-HEALTHY = ('init=systemd daemon=nvidia(pid 42) gpus=0:enabled docker_runtimes=nvidia docker_action=none '
+HEALTHY = ('found=converged init=systemd daemon=nvidia(pid 42) gpus=0:enabled docker_runtimes=nvidia docker_action=none '
            'nvidia_run=ok')
 BROKEN = "failed at 'Deploy the persistence daemon': nvidia-persistenced: driver daemon binary not found"
 

@@ -1,0 +1,61 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet's drift report (playbooks/drift.yml) from node_state results."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.nvidia.plugins.filter.drift import drift_report
+
+
+def verdict(result, converged=True, failed=False):
+    return {'converged': converged, 'failed': failed, 'result': result, 'changes': ''}
+
+
+CONVERGED = {
+    'converged': True, 'drifted': [],
+    'concerns': {
+        'persistenced': verdict({'init_system': 'systemd', 'daemon': 'driver', 'actions': []}),
+        'gpu_persistence': verdict({'gpus': [{'index': 0, 'before': 'enabled', 'after': 'enabled', 'changed': False}]}),
+        'docker': verdict({'action': 'none'}),
+    }}
+
+DRIFTED = {
+    'converged': False, 'drifted': ['persistenced', 'gpu_persistence', 'containerd'],
+    'concerns': {
+        'persistenced': verdict({'init_system': 'upstart', 'daemon': 'driver', 'actions': ['start']}, False),
+        'gpu_persistence': verdict({'gpus': [{'index': 0, 'before': 'enabled', 'after': 'enabled', 'changed': False},
+                                             {'index': 1, 'before': 'disabled', 'after': 'enabled', 'changed': True}]},
+                                   False),
+        'containerd': verdict({'action': 'restart'}, False),
+        'docker': verdict({'action': 'none'}),
+    }}
+
+BROKEN = {
+    'converged': False, 'drifted': ['persistenced'],
+    'concerns': {'persistenced': verdict({'msg': 'h3: /usr/bin/nvidia-persistenced is missing'}, False, True)}}
+
+
+def test_one_row_per_host_and_a_table():
+    report = drift_report({'h2': DRIFTED, 'h1': CONVERGED, 'h3': BROKEN, 'h4': None}, {'h4': 'unreachable: ssh'})
+    rows = dict((row['host'], row) for row in report['hosts'])
+    assert [row['host'] for row in report['hosts']] == ['h1', 'h2', 'h3', 'h4']
+    assert rows['h1']['status'] == 'converged' and rows['h1']['daemon'] == 'driver ok'
+    assert rows['h1']['gpus_off'] == [] and rows['h1']['engines_off'] == []
+    assert rows['h2']['status'] == 'drifted' and rows['h2']['init'] == 'upstart' and rows['h2']['daemon'] == 'start'
+    assert rows['h2']['gpus_off'] == ['1:disabled->enabled'] and rows['h2']['engines_off'] == ['containerd:restart']
+    assert rows['h3']['status'] == 'failed' and rows['h3']['errors'] == {
+        'persistenced': 'h3: /usr/bin/nvidia-persistenced is missing'}
+    assert rows['h4']['status'] == 'failed' and rows['h4']['errors'] == {'host': 'unreachable: ssh'}
+    assert report['counts'] == {'converged': 1, 'drifted': 1, 'failed': 2}
+    table = report['table']
+    assert table[0].split() == ['host', 'status', 'init', 'daemon', 'gpus_off', 'engines_off']
+    assert table[2].split() == ['h2', 'drifted', 'upstart', 'start', '1:disabled->enabled', 'containerd:restart']
+    assert table[-2] == 'h3 persistenced: h3: /usr/bin/nvidia-persistenced is missing'
+
+
+def test_a_host_without_a_result_and_no_error_is_unreachable():
+    report = drift_report({'h9': None})
+    assert report['hosts'][0]['status'] == 'unreachable'
