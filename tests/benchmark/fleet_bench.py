@@ -214,7 +214,7 @@ def close_masters(cp_dir):
                        capture_output=True, timeout=30)
 
 
-def run_playbook(playbook, cfg, workdir, tag, hosts):
+def run_playbook(playbook, cfg, workdir, tag, hosts, extra=()):
     count_out = os.path.join(workdir, tag + ".count.json")
     ssh_log = os.path.join(workdir, tag + ".ssh.log")
     env = dict(os.environ, ANSIBLE_CONFIG=cfg, BENCH_COUNT_OUT=count_out, BENCH_SSH_LOG=ssh_log,
@@ -223,7 +223,7 @@ def run_playbook(playbook, cfg, workdir, tag, hosts):
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     with open(os.path.join(workdir, tag + ".log"), "w") as out:
-        proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), playbook], cwd=ROOT, env=env,
+        proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), playbook] + list(extra), cwd=ROOT, env=env,
                               stdout=out, stderr=subprocess.STDOUT)
     wall = time.monotonic() - started
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -317,6 +317,156 @@ def bench_fleet(name, size, args, workroot):
         log("%s, %d hosts: control masters and canaries gone in %.1f s, lab down in %.1f s" % (
             name, size, time.monotonic() - started - down, down))
     return result
+
+
+# The paired mode's no-op variants, run in turn on one converged fleet: name -> (playbook, extra arguments).
+PAIRED = {
+    "site.yml": (PLAYBOOKS["site.yml"], []),
+    "site.yml, every module": (PLAYBOOKS["site.yml"], ["-e", "gpu_node_evaluate_first=false"]),
+    "baseline": (PLAYBOOKS["baseline"], []),
+    "drift.yml": (os.path.join(ROOT, "playbooks", "drift.yml"), []),
+}
+
+
+def bench_paired(size, args, workroot):
+    """One fresh fleet: site.yml's first run, then every no-op variant in turn, ``args.paired`` rounds.
+
+    Each round starts with another variant (a rotation), so no variant always runs first or last.
+    """
+    workdir = os.path.join(workroot, "paired-%d" % size)
+    os.makedirs(workdir, exist_ok=True)
+    up = run_lab("up", "--hosts", str(size), "--kinds", args.kinds, "--gpus", args.gpus, "--seed", args.seed)
+    hosts, hostvars = load_inventory()
+    log("paired, %d hosts: lab up in %.1f s; preparing canaries" % (size, up))
+    with open(STAND_IN, "rb") as handle:
+        stand_in = base64.encodebytes(handle.read()).decode()
+    on_all(hosts, hostvars, PREPARE.format(stand_in=stand_in.strip()))
+    cfg, cp_dir = write_tools(workdir, min(size, args.forks_cap))
+    result = {"hosts": size, "forks": min(size, args.forks_cap), "rounds": args.paired,
+              "runs": dict((name, []) for name in PAIRED)}
+    try:
+        history = {}
+        state0 = probe(hosts, hostvars)
+        restarts0 = track(history, state0)
+        settle()
+        first = run_playbook(PLAYBOOKS["site.yml"], cfg, workdir, "first", hosts)
+        state1 = probe(hosts, hostvars)
+        restarts1 = track(history, state1)
+        first["docker"] = docker_delta(state0, state1, restarts0, restarts1)
+        first["canary_down"] = sum(1 for h in state1.values() if h["canary"] != "true")
+        result["first"] = first
+        log("paired, %d hosts: first run %.1f s rc %d, docker %s" % (size, first["wall"], first["rc"], first["docker"]))
+        names = list(PAIRED)
+        for round_no in range(args.paired):
+            order = names[round_no % len(names):] + names[:round_no % len(names)]
+            for name in order:
+                playbook, extra = PAIRED[name]
+                settle()
+                tag = "r%d-%s" % (round_no, name.replace(" ", "").replace(",", "-"))
+                extra = extra + (["-e", "gpufleet_drift_report=%s" % os.path.join(workdir, tag + ".json")]
+                                 if name == "drift.yml" else [])
+                run = run_playbook(playbook, cfg, workdir, tag, hosts, extra)
+                run.pop("tasks")
+                run.pop("task_seconds_per_host")
+                result["runs"][name].append(run)
+                log("paired, %d hosts: round %d %s %.1f s rc %d, %d changed" % (
+                    size, round_no + 1, name, run["wall"], run["rc"], run["changed"]))
+        state2 = probe(hosts, hostvars)
+        restarts2 = track(history, state2)
+        result["noop_docker"] = docker_delta(state1, state2, restarts1, restarts2)
+        result["noop_canary_down"] = sum(1 for h in state2.values() if h["canary"] != "true")
+    finally:
+        close_masters(cp_dir)
+        try:
+            on_all(hosts, hostvars, "docker rm -f gpufleet-canary > /dev/null 2>&1 || true")
+        except RuntimeError as exc:
+            log(str(exc))
+        run_lab("down")
+    return result
+
+
+def median(values):
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def spread(values, digits=2):
+    return "%s (%s-%s)" % (fmt(median(values), digits), fmt(min(values), digits), fmt(max(values), digits))
+
+
+def paired_table(results):
+    rows = ["| hosts | variant | no-op wall s, median (min-max) | s/host | controller CPU s/host | machine CPU s/host "
+            "| modules/host | SSH trips/host | changed | vs site.yml (per-round ratio, median (min-max)) |",
+            "|" + "---|" * 10]
+    for r in results:
+        size, site = r["hosts"], r["runs"]["site.yml"]
+        for name, runs in r["runs"].items():
+            ratios = [other["wall"] / mine["wall"] for other, mine in zip(runs, site)]
+            rows.append("| %d | %s | %s | %s | %s | %s | %s | %s | %d | %s |" % (
+                size, name, spread([x["wall"] for x in runs], 1), fmt(median([x["wall"] for x in runs]) / size, 3),
+                fmt(median([x["controller_cpu"] for x in runs]) / size, 3),
+                fmt(median([x["machine_cpu"] for x in runs]) / size, 3), fmt(median([x["modules_per_host"] for x in runs])),
+                fmt(median([x["round_trips_per_host"] for x in runs])), sum(x["changed"] for x in runs),
+                "-" if name == "site.yml" else spread(ratios) + "x"))
+    return "\n".join(rows)
+
+
+def paired_verdicts(results):
+    lines, ok_all = [], True
+
+    def ratio(r, name):
+        return median([o["wall"] / m["wall"] for o, m in zip(r["runs"][name], r["runs"]["site.yml"])])
+
+    for r in results:
+        size = r["hosts"]
+        base, today, drift = ratio(r, "baseline"), ratio(r, "site.yml, every module"), ratio(r, "drift.yml")
+        goal = size >= 16
+        ok = (base >= 8 and today >= 2) if goal else True
+        ok_all &= ok
+        lines.append("- %d hosts: no-op site.yml %.2fx faster than the baseline and %.2fx faster than site.yml running "
+                     "every module (%s); drift.yml takes %.2fx site.yml's no-op time (target <= 1 at 32 hosts)." % (
+                         size, base, today, ("met" if ok else "MISSED") + "; target >= 8x and >= 2x" if goal
+                         else "no target at this size", 1 / drift))
+        if size == 32:
+            ok_all &= 1 / drift <= 1.0
+        touched = r["noop_docker"]["restarts"] + r["noop_docker"]["reloads"] + sum(
+            x["changed"] for runs in r["runs"].values() for x in runs)
+        ok = touched == 0 and r["noop_canary_down"] == 0 and r["first"]["docker"]["restarts"] == 0
+        ok_all &= ok
+        lines.append("  first run %.1f s, %d dockerd restarts; no-op rounds: %d changes, restarts or reloads, "
+                     "%d canaries down (%s; target 0, 0, 0)." % (r["first"]["wall"], r["first"]["docker"]["restarts"],
+                                                                 touched, r["noop_canary_down"], "met" if ok else "MISSED"))
+    if len(results) > 1:
+        per_host = [(r["hosts"], median([x["wall"] for x in r["runs"]["site.yml"]]) / r["hosts"]) for r in results]
+        flat = per_host[-1][1] <= per_host[0][1] * 1.3
+        ok_all &= flat
+        lines.append("- site.yml no-op wall s/host: %s (%s; flat = within 1.3x of the smallest fleet)." % (
+            " / ".join("%d: %.3f" % p for p in per_host), "met" if flat else "MISSED"))
+    return lines, ok_all
+
+
+def write_paired(results, args, command, started, finished, outdir):
+    lines, unused = paired_verdicts(results)
+    md = ["# Fleet benchmark, paired mode: no-op re-runs interleaved on one fleet", "",
+          "Generated by `tests/benchmark/fleet_bench.py --paired %d`." % args.paired, "",
+          "- Command: `%s`" % command,
+          "- Date: %s to %s (UTC)" % (started.strftime("%Y-%m-%d %H:%M"), finished.strftime("%H:%M")),
+          "- Machine: %s" % machine(),
+          "- Per size, one fresh lab fleet (kinds `%s`, %s GPUs per host, seed %s; forks = hosts, cap %d): site.yml's "
+          "first run, then %d rounds of every no-op variant in turn, each round starting with the next variant." % (
+              args.kinds, args.gpus, args.seed, args.forks_cap, args.paired),
+          "- Variants: `site.yml` (node_state first, a concern only where it drifted); `site.yml, every module` "
+          "(`-e gpu_node_evaluate_first=false`: every concern's module every run, as site.yml did before node_state); "
+          "`baseline` (the task-per-step playbook); `drift.yml` (the drift report).", "",
+          "## Results", "", paired_table(results), "",
+          "*controller CPU* is the user+system CPU of ansible-playbook and its children on the controller; "
+          "*machine CPU* the whole machine's busy time (controller and lab hosts share it).", "",
+          "## Targets (`targets.md`)", ""] + lines + [""]
+    with open(os.path.join(outdir, "paired.md"), "w") as handle:
+        handle.write("\n".join(md))
+    with open(os.path.join(outdir, "paired.json"), "w") as handle:
+        json.dump({"command": command, "started": started.isoformat(), "results": results}, handle, indent=1)
 
 
 def fmt(x, digits=1):
@@ -505,6 +655,9 @@ def main():
     parser.add_argument("--work", default=os.path.join(ROOT, ".cache", "bench"),
                         help="logs, callback output and per-run ansible.cfg (default .cache/bench)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
+                        help="paired mode: per size one fleet, site.yml's first run, then ROUNDS rounds of the no-op "
+                             "variants interleaved (writes paired.md and paired.json)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("fleet_bench: run as root (the lab needs it)")
@@ -515,6 +668,20 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     results, broken = [], False
     run_lab("down")  # every fleet starts fresh
+    if args.paired:
+        try:
+            for size in [int(s) for s in args.sizes.split(",")]:
+                results.append(bench_paired(size, args, workroot))
+        finally:
+            run_lab("down")
+        finished = datetime.datetime.now(datetime.timezone.utc)
+        print(paired_table(results))
+        lines, ok = paired_verdicts(results)
+        print("\n".join(lines))
+        write_paired(results, args, command, started, finished, args.out)
+        broken = any(x["rc"] != 0 for r in results for runs in r["runs"].values() for x in runs) or any(
+            r["first"]["rc"] != 0 for r in results)
+        return 1 if broken or (args.strict and not ok) else 0
     try:
         for size in [int(s) for s in args.sizes.split(",")]:
             for name in args.playbooks.split(","):
