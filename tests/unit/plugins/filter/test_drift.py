@@ -59,3 +59,28 @@ def test_one_row_per_host_and_a_table():
 def test_a_host_without_a_result_and_no_error_is_unreachable():
     report = drift_report({'h9': None})
     assert report['hosts'][0]['status'] == 'unreachable'
+
+
+def test_the_report_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.nvidia.plugins.action import drift_report as action
+    import json
+    import os
+    path = str(tmp_path / 'drift.json')
+    report = drift_report({'h1': CONVERGED})
+    action.write_report(path, report)
+    assert json.load(open(path)) == report
+    assert oct(os.stat(path).st_mode & 0o777) == '0o644'
+    assert os.listdir(str(tmp_path)) == ['drift.json']
+
+    def broken(*args, **kwargs):
+        raise IOError(28, 'No space left on device')
+    monkeypatch.setattr(action.json, 'dump', broken)
+    try:
+        action.write_report(path, drift_report({'h2': DRIFTED}))
+    except IOError:
+        pass
+    else:
+        raise AssertionError('a failed write was not reported')
+    # the old report stays, and no temp file is left
+    assert json.load(open(path)) == report
+    assert os.listdir(str(tmp_path)) == ['drift.json']

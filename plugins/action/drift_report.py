@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin for gpufleet.nvidia.drift_report: the fleet's drift report, built and written on the controller.
+
+No module runs anywhere: the report comes from the play hosts' gpu_node_result.state (node_state's results), and
+the JSON file is written on the controller by this plugin, atomically.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import tempfile
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.nvidia.plugins.filter.drift import drift_report
+
+
+def write_report(path, report):
+    """Write ``report`` as JSON to ``path`` on the controller: a temp file beside it, then a rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, tmp = tempfile.mkstemp(prefix='.gpufleet-drift.', dir=directory)
+    try:
+        with os.fdopen(handle, 'w') as out:
+            json.dump(report, out, indent=2, sort_keys=True)
+            out.write('\n')
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = dict(self._task.args)
+        path = args.pop('path', None)
+        path = os.path.expanduser(path) if path else None
+        errors = args.pop('errors', None) or {}
+        states = args.pop('states', None)
+        if args:
+            raise AnsibleActionFail('drift_report: unknown option(s) %s' % ', '.join(sorted(args)))
+        if not isinstance(states, dict):
+            raise AnsibleActionFail('drift_report: states must be a dict of host name to node_state result (or null)')
+        report = drift_report(states, errors)
+        if path:
+            try:
+                write_report(path, report)
+            except (IOError, OSError) as exc:
+                raise AnsibleActionFail('drift_report: cannot write %s on the controller: %s' % (path, exc))
+        result.update(changed=False, report=report, table=report['table'], path=path)
+        return result
