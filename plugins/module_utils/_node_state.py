@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import time
 import traceback
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -139,6 +140,7 @@ def evaluate(module, options, diff=False):
     run = _module.runner(module)
     requested = [name for name in _concerns.ORDER if options.get(name) is not None]
     engines, found = [], None
+    started = time.time()
     if any(name in _concerns.ENGINES for name in requested):
         if options['engines']:
             containerd_config = (options.get('containerd') or {}).get('path') or _concerns.CONTAINERD_SPEC['path'][
@@ -147,12 +149,15 @@ def evaluate(module, options, diff=False):
         else:
             engines = [name for name in requested if name in _concerns.ENGINES]
         requested = [name for name in requested if name not in _concerns.ENGINES or name in engines]
+    engines_seconds = round(time.time() - started, 3)
     concerns, warnings, diffs = {}, [], []
     for name in requested:
         params = dict(options[name])
         if name == 'persistenced' and options.get('bundled_source'):
             params.setdefault('bundled_source', options['bundled_source'])
+        started = time.time()
         verdict = check(module, _concerns.CONCERNS[name], params, diff=diff)
+        verdict['seconds'] = round(time.time() - started, 3)
         verdict['changes'] = describe(name, verdict)
         concerns[name] = verdict
         warnings.extend('%s: %s' % (_concerns.CONCERNS[name].module, w) for w in verdict.pop('warnings'))
@@ -167,5 +172,6 @@ def evaluate(module, options, diff=False):
     else:
         msg = 'converged: %s' % (', '.join(requested) or 'nothing evaluated')
     result = dict(changed=False, converged=not drifted, drifted=drifted, run=to_run, evaluated=requested,
-                  concerns=concerns, engine_list=engines, engines_found=found['engines'] if found else None, msg=msg)
+                  concerns=concerns, engine_list=engines, engines_found=found['engines'] if found else None,
+                  engines_seconds=engines_seconds, msg=msg)
     return result, warnings, diffs

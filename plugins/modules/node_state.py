@@ -160,6 +160,10 @@ concerns:
       description: What would change, in one line; empty when converged.
       type: str
       sample: 1 disabled->enabled
+    seconds:
+      description: How long the concern's evaluation took on the host.
+      type: float
+      sample: 0.041
     result:
       description: The concern module's own check-mode result, without its diff (which, in diff mode, is the module's diff).
       type: dict
@@ -171,6 +175,11 @@ engine_list:
   type: list
   elements: str
   sample: [containerd, docker]
+engines_seconds:
+  description: How long finding the engines (V(auto)) took on the host.
+  returned: always
+  type: float
+  sample: 0.052
 engines_found:
   description: With V(auto) in O(engines), what M(gpufleet.nvidia.container_engines_info) reports per engine; null
     otherwise.
