@@ -22,6 +22,7 @@ import traceback
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engines
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 
@@ -138,6 +139,7 @@ def describe(name, verdict):
 def evaluate(module, options, diff=False):
     """node_state's result for ``options`` (the module's parameters): every requested concern's verdict."""
     run = _module.runner(module)
+    _containerd_apply.remember_dumps()  # nothing here writes: one dump per containerd config file
     requested = [name for name in _concerns.ORDER if options.get(name) is not None]
     engines, found = [], None
     started = time.time()

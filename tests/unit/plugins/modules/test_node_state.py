@@ -45,6 +45,13 @@ class HostModule(object):
         return False
 
 
+@pytest.fixture(autouse=True)
+def forget_dumps(monkeypatch):
+    """evaluate() turns on containerd's per-process dump memory; give it back to other tests as it was."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
+    monkeypatch.setattr(_containerd_apply, 'DUMPS', None)
+
+
 @pytest.fixture
 def fake_dockerd(monkeypatch):
     dockerd = FakeDockerd()
@@ -209,3 +216,26 @@ def test_the_module_reports_and_never_changes(monkeypatch, tmp_path, fake_docker
     assert result['diff'][0]['before_header'] == path and '"nvidia"' in result['diff'][0]['after']
     assert json.loads(open(path).read()) == {'log-driver': 'local'}
     assert fake_dockerd.calls == []
+
+
+def test_containerd_is_asked_once_per_file_in_node_state_only(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
+    config = tmp_path / 'config.toml'
+    config.write_text('version = 2\n')
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, 'version = 2\n[plugins]\n', ''
+    tools = _containerd_apply.Tools(run, containerd='/usr/bin/containerd')
+    tools.dump(str(config))
+    tools.dump(str(config))
+    assert len(calls) == 2  # a module that writes asks every time
+    _containerd_apply.remember_dumps()
+    first = tools.dump(str(config))
+    first[0]['version'] = 99  # a caller's change does not reach the next answer
+    assert tools.dump(str(config)) == ({'version': 2, 'plugins': {}}, None)
+    assert len(calls) == 3
+    config.write_text('version = 2\n# changed\n')
+    tools.dump(str(config))
+    assert len(calls) == 4
