@@ -24,7 +24,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 
 # concern -> (role tasks file, module)
 TASKS = {
-    'device_links': ('roles/gpu_node/tasks/main.yml', 'gpufleet.nvidia.device_links'),
+    'device_links': ('roles/gpu_node/tasks/concerns.yml', 'gpufleet.nvidia.device_links'),
     'persistenced': ('roles/persistenced/tasks/main.yml', 'gpufleet.nvidia.persistenced'),
     'gpu_persistence': ('roles/gpu_persistence/tasks/set.yml', 'gpufleet.nvidia.gpu_persistence'),
     'containerd': ('roles/container_runtime/tasks/containerd.yml', 'gpufleet.nvidia.containerd_runtime'),

@@ -425,7 +425,7 @@ def test_site_summary_names_what_each_engine_runs():
 
 def runs_gpu_persistence(**variables):
     """Whether gpu_node imports gpu_persistence with these variables (all its conditions together)."""
-    step = [task for task in tasks('gpu_node') if task.get('name') == 'Per-GPU persistence'][0]
+    step = [task for task in tasks('gpu_node', 'concerns.yml') if task.get('name') == 'Per-GPU persistence'][0]
     values = dict(role_vars('gpu_node'), **dict({'gpu_node_gpu_persistence': True, 'ansible_check_mode': False,
                                                  '__gpu_node_run': ['gpu_persistence']}, **variables))
     return all(templar(**values).evaluate_conditional(trust_as_template(condition)) for condition in step['when'])

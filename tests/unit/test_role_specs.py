@@ -32,12 +32,20 @@ def test_every_inner_option_is_validated_by_gpu_node():
     for role in ('persistenced', 'gpu_persistence', 'container_runtime'):
         for name, option in load(role)['options'].items():
             assert node.get(name) == option, '%s.%s differs in gpu_node; run scripts/sync-gpu-node-spec' % (role, name)
-    with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'main.yml')) as handle:
+    with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'concerns.yml')) as handle:
         tasks = yaml.safe_load(handle)
     imports = [t['ansible.builtin.import_role'] for t in tasks if 'ansible.builtin.import_role' in t]
     assert [i['name'] for i in imports] == ['gpufleet.nvidia.%s' % role for role in
                                             ('persistenced', 'gpu_persistence', 'container_runtime')]
     assert [i.get('rolespec_validate') for i in imports] == [False, False, False]
+    # main.yml loads only their defaults (an entry point without tasks, so no spec is validated there either)
+    with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'main.yml')) as handle:
+        defaults = [t['ansible.builtin.import_role'] for t in yaml.safe_load(handle) if 'ansible.builtin.import_role' in t]
+    assert [(i['name'], i['tasks_from']) for i in defaults] == [
+        ('gpufleet.nvidia.%s' % role, 'defaults.yml') for role in ('persistenced', 'gpu_persistence', 'container_runtime')]
+    for role in ('persistenced', 'gpu_persistence', 'container_runtime'):
+        with open(os.path.join(ROOT, 'roles', role, 'tasks', 'defaults.yml')) as handle:
+            assert yaml.safe_load(handle) == [], role
 
 
 def test_each_role_defaults_every_option_its_spec_documents():
