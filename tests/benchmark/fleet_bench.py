@@ -691,15 +691,24 @@ def main():
     if args.paired:
         try:
             for size in [int(s) for s in args.sizes.split(",")]:
-                results.append(bench_paired(size, args, workroot))
+                try:
+                    results.append(bench_paired(size, args, workroot))
+                except RuntimeError as exc:  # a lab that would not come up: report the sizes measured
+                    log("paired, %d hosts: not measured: %s" % (size, exc))
+                    broken = True
+                    continue
+                write_paired(results, args, command, started, datetime.datetime.now(datetime.timezone.utc),
+                             args.out)
         finally:
             run_lab("down")
+        if not results:
+            return 1
         finished = datetime.datetime.now(datetime.timezone.utc)
         print(paired_table(results))
         lines, ok = paired_verdicts(results)
         print("\n".join(lines))
         write_paired(results, args, command, started, finished, args.out)
-        broken = any(x["rc"] != 0 for r in results for runs in r["runs"].values() for x in runs) or any(
+        broken = broken or any(x["rc"] != 0 for r in results for runs in r["runs"].values() for x in runs) or any(
             r["first"]["rc"] != 0 for r in results)
         return 1 if broken or (args.strict and not ok) else 0
     try:
