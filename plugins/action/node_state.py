@@ -12,26 +12,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._bundled import bundled_source
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._bundled import BundledDaemonAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(BundledDaemonAction):
 
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = False
+    MODULE = 'gpufleet.nvidia.node_state'
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        args = dict(self._task.args)
-        if 'bundled_source' in args:
-            raise AnsibleActionFail('bundled_source is internal to gpufleet.nvidia.node_state; do not set it')
+    def wants(self, args):
+        """Only when the persistence daemon is evaluated with ``state: present`` (the default)."""
         persistenced = args.get('persistenced')
-        if isinstance(persistenced, dict) and persistenced.get('state', 'present') == 'present':
-            args['bundled_source'] = bundled_source()
-        result.update(self._execute_module(module_name='gpufleet.nvidia.node_state', module_args=args,
-                                           task_vars=task_vars))
-        return result
+        return isinstance(persistenced, dict) and persistenced.get('state', 'present') == 'present'

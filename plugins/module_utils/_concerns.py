@@ -167,17 +167,27 @@ CONTAINERD_SPEC = dict(
 )
 
 
-def run_containerd(module):
-    params = module.params
+def engine_service(module, find_pid, **kwargs):
+    """``(Service, run_command)``: the engine's service (``service_name``) under this host's init system."""
     run_command = _module.runner(module)
     init, tools, unused_detected = _module.init_system(module, run_command)
-    service = Service(init, params['service_name'], run_command, tools,
-                      lambda: _containerd_apply.find_pid(params['path']),
-                      log_files=_containerd_apply.log_files(params['service_name']))
-    containerd = module.get_bin_path('containerd')
-    if containerd is None:
-        module.fail_json(msg='containerd is not installed on this host (no containerd executable found); '
-                             'install the containerd package first.', path=params['path'])
+    return Service(init, module.params['service_name'], run_command, tools, find_pid, **kwargs), run_command
+
+
+def engine_binary(module, name, install):
+    """The engine daemon's executable; the module fails, naming its file (``path``), when there is none."""
+    binary = module.get_bin_path(name)
+    if binary is None:
+        module.fail_json(msg='%s is not installed on this host (no %s executable found); %s'
+                             % (name, name, install), path=module.params['path'])
+    return binary
+
+
+def run_containerd(module):
+    params = module.params
+    service, run_command = engine_service(module, lambda: _containerd_apply.find_pid(params['path']),
+                                          log_files=_containerd_apply.log_files(params['service_name']))
+    containerd = engine_binary(module, 'containerd', 'install the containerd package first.')
     programs = _containerd_apply.Tools(run_command, containerd=containerd,
                                        ctr=module.get_bin_path('ctr') or 'ctr')
     request = _containerd_apply.Request(
@@ -208,14 +218,9 @@ CRIO_SPEC = dict(
 
 def run_crio(module):
     params = module.params
-    run_command = _module.runner(module)
-    init, tools, unused_detected = _module.init_system(module, run_command)
-    service = Service(init, params['service_name'], run_command, tools,
-                      lambda: _crio_apply.find_pid(params['config_path'], params['config_dir'])[0])
-    crio = module.get_bin_path('crio')
-    if crio is None:
-        module.fail_json(msg='crio is not installed on this host (no crio executable found); install CRI-O first.',
-                         path=params['path'])
+    service, run_command = engine_service(
+        module, lambda: _crio_apply.find_pid(params['config_path'], params['config_dir'])[0])
+    crio = engine_binary(module, 'crio', 'install CRI-O first.')
     request = _crio.Request(
         path=params['path'], config_path=params['config_path'], config_dir=params['config_dir'], name=params['name'],
         runtime_path=params['runtime_path'], default_runtime=params['default_runtime'], state=params['state'],

@@ -64,7 +64,7 @@ class ConcernModule(object):
     def get_bin_path(self, arg, required=False, opt_dirs=None):
         path = self._module.get_bin_path(arg, required=False, opt_dirs=opt_dirs)
         if required and path is None:
-            self.fail_json(msg='Failed to find required executable "%s" in paths: %s' % (arg, 'PATH'))
+            self.fail_json(msg='Failed to find required executable "%s" in PATH' % arg)
         return path
 
     def warn(self, warning):

@@ -15,6 +15,7 @@ import os
 import zlib
 
 from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
 
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                        'files', 'gpufleet-persistenced')
@@ -28,3 +29,25 @@ def bundled_source():
             return 'zlib+base64:' + base64.b64encode(zlib.compress(handle.read(), 9)).decode('ascii')
     except (IOError, OSError) as exc:
         raise AnsibleActionFail('cannot read the bundled daemon %s from the collection: %s' % (BUNDLED, exc))
+
+
+class BundledDaemonAction(ActionBase):
+    """An action that runs its module (``MODULE``) with the bundled daemon's text added when ``wants(args)``."""
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+    MODULE = None
+
+    def wants(self, args):
+        return True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(BundledDaemonAction, self).run(tmp, task_vars)
+        args = dict(self._task.args)
+        if 'bundled_source' in args:
+            raise AnsibleActionFail('bundled_source is internal to %s; do not set it' % self.MODULE)
+        if self.wants(args):
+            args['bundled_source'] = bundled_source()
+        result.update(self._execute_module(module_name=self.MODULE, module_args=args, task_vars=task_vars))
+        return result
