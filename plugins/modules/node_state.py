@@ -195,10 +195,13 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._compile_once import compiled_once
 
 
 def main():
+    # Every concern's code, compiled once (module_utils/_compile_once.py: zipimport compiles each file twice).
+    with compiled_once():
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
     module = AnsibleModule(
         argument_spec=dict(
             device_links=dict(type='dict'),

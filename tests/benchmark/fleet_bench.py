@@ -325,6 +325,8 @@ PAIRED = {
     "site.yml, every module": (PLAYBOOKS["site.yml"], ["-e", "gpu_node_evaluate_first=false"]),
     "baseline": (PLAYBOOKS["baseline"], []),
     "drift.yml": (os.path.join(ROOT, "playbooks", "drift.yml"), []),
+    # not a target: one module round trip per host and nothing else, the least a converged host can cost
+    "floor (one ping per host)": (os.path.join(HERE, "floor.yml"), []),
 }
 
 
@@ -336,11 +338,16 @@ def bench_paired(size, args, workroot):
     """
     workdir = os.path.join(workroot, "paired-%d" % size)
     os.makedirs(workdir, exist_ok=True)
-    up = run_lab("up", "--hosts", str(2 * size), "--kinds", args.kinds, "--gpus", args.gpus, "--seed", args.seed)
+    # Up to --first-compare-max hosts, a third part of the lab has today's first run without node_state
+    # (gpu_node_evaluate_first=false) on fresh hosts, to hold site.yml's first run against it.
+    parts = 3 if size <= args.first_compare_max else 2
+    up = run_lab("up", "--hosts", str(parts * size), "--kinds", args.kinds, "--gpus", args.gpus, "--seed", args.seed)
     hosts, hostvars = load_inventory()
     names_sorted = sorted(hosts, key=lambda name: int(re.sub(r"\D", "", name) or 0))
     halves = {"site": dict((n, hosts[n]) for n in names_sorted[:size]),
-              "baseline": dict((n, hosts[n]) for n in names_sorted[size:])}
+              "baseline": dict((n, hosts[n]) for n in names_sorted[size:2 * size])}
+    if parts == 3:
+        halves["every module"] = dict((n, hosts[n]) for n in names_sorted[2 * size:])
     limit = dict((half, ["--limit", ",".join(sorted(members))]) for half, members in halves.items())
     log("paired, %d hosts a half: lab of %d up in %.1f s; preparing canaries" % (size, len(hosts), up))
     with open(STAND_IN, "rb") as handle:
@@ -354,17 +361,21 @@ def bench_paired(size, args, workroot):
         history = {}
         state0 = probe(hosts, hostvars)
         restarts0 = track(history, state0)
-        for half, playbook in (("site", PLAYBOOKS["site.yml"]), ("baseline", PLAYBOOKS["baseline"])):
+        firsts = [("site", PLAYBOOKS["site.yml"], []), ("baseline", PLAYBOOKS["baseline"], [])]
+        if "every module" in halves:
+            firsts.insert(1, ("every module", PLAYBOOKS["site.yml"], ["-e", "gpu_node_evaluate_first=false"]))
+        for half, playbook, extra in firsts:
             members = halves[half]
             settle()
-            first = run_playbook(playbook, cfg, workdir, "first-" + half, members, limit[half])
+            first = run_playbook(playbook, cfg, workdir, "first-" + half.replace(" ", "-"), members,
+                                 limit[half] + extra)
             state1 = probe(hosts, hostvars)
             restarts1 = track(history, state1)
             first["docker"] = docker_delta(dict((h, state0[h]) for h in members), state1, restarts0, restarts1)
             first["canary_down"] = sum(1 for h in members if state1[h]["canary"] != "true")
             first.pop("tasks")
             first.pop("task_seconds_per_host")
-            result["first" if half == "site" else "baseline_first"] = first
+            result[{"site": "first", "baseline": "baseline_first", "every module": "every_module_first"}[half]] = first
             log("paired, %d hosts: %s's first run %.1f s rc %d, docker %s, canaries down %d" % (
                 size, half, first["wall"], first["rc"], first["docker"], first["canary_down"]))
             state0, restarts0 = state1, restarts1
@@ -429,6 +440,18 @@ def paired_table(results):
     return "\n".join(rows)
 
 
+def first_runs_table(results):
+    rows = ["| hosts | first run on fresh hosts | wall s | dockerd restarts | canaries down |", "|---|---|---|---|---|"]
+    for r in results:
+        for key, name in (("first", "site.yml"), ("every_module_first", "site.yml, every module"),
+                          ("baseline_first", "baseline")):
+            if key in r:
+                run = r[key]
+                rows.append("| %d | %s | %s | %d | %d |" % (r["hosts"], name, fmt(run["wall"]),
+                                                            run["docker"]["restarts"], run["canary_down"]))
+    return "\n".join(rows)
+
+
 def paired_verdicts(results):
     lines, ok_all = [], True
 
@@ -450,6 +473,16 @@ def paired_verdicts(results):
             ok_all &= drift_ok
         touched = r["noop_docker"]["restarts"] + r["noop_docker"]["reloads"] + sum(
             x["changed"] for runs in r["runs"].values() for x in runs)
+        floor_name = "floor (one ping per host)"
+        if floor_name in r["runs"]:
+            lines.append("  reference: site.yml's no-op run takes %.2fx the floor, one module round trip per host "
+                         "and nothing else (%.1f s): the least a converged host can cost here." % (
+                             1.0 / ratio(r, floor_name), median([x["wall"] for x in r["runs"][floor_name]])))
+        if "every_module_first" in r:
+            mine, today_first = r["first"]["wall"], r["every_module_first"]["wall"]
+            lines.append("  first run on fresh hosts: site.yml %.1f s, site.yml running every module (today's) %.1f s: "
+                         "%.2fx (one run each; target <= 1, within this machine's run-to-run noise of 20-40%%)." % (
+                             mine, today_first, mine / today_first))
         ok = touched == 0 and r["noop_canary_down"] == 0 and r["first"]["docker"]["restarts"] == 0 and r["first"]["canary_down"] == 0
         ok_all &= ok
         lines.append("  first run %.1f s, %d dockerd restarts; no-op rounds: %d changes, restarts or reloads, "
@@ -478,8 +511,11 @@ def write_paired(results, args, command, started, finished, outdir):
               args.kinds, args.gpus, args.seed, args.forks_cap, args.paired),
           "- Variants: `site.yml` (node_state first, a concern only where it drifted); `site.yml, every module` "
           "(`-e gpu_node_evaluate_first=false`: every concern's module every run, as site.yml did before node_state); "
-          "`baseline` (the task-per-step playbook); `drift.yml` (the drift report).", "",
-          "## Results", "", paired_table(results), "",
+          "`baseline` (the task-per-step playbook); `drift.yml` (the drift report); `floor (one ping per host)` "
+          "(`tests/benchmark/floor.yml`, not a target: one module round trip per host and nothing else, the least a "
+          "converged host can cost on this lab). Up to %d hosts a size, the lab has a third part of N fresh hosts for "
+          "the first run of `site.yml, every module`, against site.yml's own first run." % args.first_compare_max, "",
+          "## Results", "", paired_table(results), "", first_runs_table(results), "",
           "*controller CPU* is the user+system CPU of ansible-playbook and its children on the controller; "
           "*machine CPU* the whole machine's busy time (controller and lab hosts share it).", "",
           "## Targets (`targets.md`)", ""] + lines + [""]
@@ -675,6 +711,9 @@ def main():
     parser.add_argument("--work", default=os.path.join(ROOT, ".cache", "bench"),
                         help="logs, callback output and per-run ansible.cfg (default .cache/bench)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--first-compare-max", type=int, default=16, metavar="N",
+                        help="paired mode: up to N hosts a size, a third part of the lab for the first run of site.yml "
+                             "running every module, to compare first runs (default 16)")
     parser.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
                         help="paired mode: per size one fleet, site.yml's first run, then ROUNDS rounds of the no-op "
                              "variants interleaved (writes paired.md and paired.json)")

@@ -87,7 +87,7 @@ def test_containerfile_takes_the_base_image_as_a_build_argument(context):
     assert 'ARG EE_BASE_IMAGE="localhost/gpufleet-ee-base:latest"' in text.splitlines()
     assert 'FROM $EE_BASE_IMAGE AS base' in text
     assert not [r for r in REGISTRIES if r in text], 'the Containerfile names a registry'
-    assert 'ARG ANSIBLE_INSTALL_REFS="ansible-core>=2.17.0 ansible-runner"' in text
+    assert 'ARG ANSIBLE_INSTALL_REFS="ansible-core>=2.18.0 ansible-runner"' in text
     for step in ('ansible-galaxy collection install $ANSIBLE_GALAXY_CLI_COLLECTION_OPTS -r requirements.yml',
                  '/output/scripts/introspect.py introspect', '/output/scripts/check_ansible $PYCMD'):
         assert step in text, step

@@ -92,18 +92,30 @@ def test_each_role_registers_its_public_result_and_documents_it(role):
 
 
 def test_gpu_node_sets_its_public_result_and_documents_it():
-    published = tasks('gpu_node')[-1]
-    assert published['tags'] == ['always']
+    steps = tasks('gpu_node')
+    converged, leave, concerns, published = steps[-4:]
+    # Where nothing is to run: node_state's verdicts are published, and the node leaves the role (on the
+    # controller: a meta task has no worker process); else the concerns run, then the result is published.
+    assert converged['ansible.builtin.set_fact'] == {'gpu_node_result': '{{ __gpu_node_public_checked }}'}
+    assert converged['when'] == leave['when'] == '__gpu_node_run | length == 0'
+    assert leave['ansible.builtin.meta'] == 'end_role'
+    assert concerns['ansible.builtin.include_tasks'] == 'concerns.yml' and 'when' not in concerns
+    assert published['ansible.builtin.set_fact'] == {'gpu_node_result': '{{ __gpu_node_public }}'}
+    assert converged['tags'] == leave['tags'] == published['tags'] == ['always']
     # The three inner roles' results, and the device_links module's (registered internally by gpu_node).
     # and node_state's whole result under state.
-    assert sorted(published['ansible.builtin.set_fact']['gpu_node_result']) == sorted(INNER + ('device_links', 'state'))
+    assert sorted(role_vars('gpu_node')['__gpu_node_public']) == sorted(INNER + ('device_links', 'state'))
     assert '`gpu_node_result`' in read('roles', 'gpu_node', 'README.md')
 
 
 def node_result(**results):
-    template = tasks('gpu_node')[-1]['ansible.builtin.set_fact']['gpu_node_result']
     variables = dict(role_vars('gpu_node'), **results)
-    return templar(**variables).template(dict((key, trust_as_template(value)) for key, value in template.items()))
+    return templar(**variables).template(variables['__gpu_node_public'])
+
+
+def node_result_checked(**results):
+    variables = dict(role_vars('gpu_node'), **results)
+    return templar(**variables).template(variables['__gpu_node_public_checked'])
 
 
 def test_gpu_node_result_holds_each_concern_or_null():
@@ -150,6 +162,36 @@ def test_gpu_node_result_takes_node_states_verdict_for_what_did_not_run():
     assert quiet['container_runtime']['engines'] == {'docker': docker, 'containerd': containerd}
 
 
+@pytest.mark.parametrize('concerns, engine_list', [
+    ({}, []),
+    ({'device_links': {'converged': True, 'result': {'changed': False, 'created': []}}}, []),
+    ({'persistenced': {'converged': True, 'result': {'changed': False, 'pid': 4}},
+      'gpu_persistence': {'converged': False, 'result': {'changed': True, 'gpus': [{'index': 0}]}}}, []),
+    ({'docker': {'converged': True, 'result': {'changed': False, 'action': 'none', 'runtimes': {'nvidia': {}}}}},
+     ['docker']),
+    ({'containerd': {'converged': True, 'result': {'changed': False, 'action': 'none', 'runtimes': ['nvidia']}},
+      'crio': {'converged': False, 'result': {'changed': True, 'action': 'reload'}}}, ['containerd', 'crio']),
+    ({'device_links': {'converged': True, 'result': {'changed': False}},
+      'persistenced': {'converged': True, 'result': {'changed': False, 'pid': 4}},
+      'gpu_persistence': {'converged': True, 'result': {'changed': False, 'gpus': []}},
+      'containerd': {'converged': True, 'result': {'changed': False, 'runtimes': ['nvidia', 'runc']}},
+      'docker': {'converged': True, 'result': {'changed': False, 'runtimes': {'nvidia': {}, 'runc': {}}}}},
+     ['containerd', 'docker']),
+])
+def test_what_a_converged_node_publishes_is_the_result_of_nothing_run(concerns, engine_list):
+    # A converged node (or gpu_node_drift_only) publishes __gpu_node_public_checked without running a role:
+    # the same as __gpu_node_public with every role's task unrun (undefined) or skipped.
+    state = {'converged': not any(not c['converged'] for c in concerns.values()), 'run': [],
+             'drifted': [name for name, c in concerns.items() if not c['converged']],
+             'concerns': concerns, 'engine_list': engine_list, 'engines_found': {'docker': {'auto': True}}}
+    skipped = {'changed': False, 'skipped': True}
+    expected = node_result(__gpu_node_state=state)
+    assert node_result_checked(__gpu_node_state=state) == expected
+    assert node_result(__gpu_node_state=state, persistenced_result=skipped, gpu_persistence_result=skipped,
+                       container_runtime_result=skipped, __gpu_node_device_links=skipped) == expected
+    assert expected['state'] == state
+
+
 def no_nvml_retry(**variables):
     """Whether gpu_persistence's rescue fails the play instead of installing nvidia-ml-py and retrying."""
     condition = tasks('gpu_persistence')[0]['rescue'][0]['when']
@@ -175,13 +217,18 @@ def test_site_playbook_reads_only_public_results():
     assert not re.search(r'__(%s|gpu_node)_' % '|'.join(INNER), site)
 
 
-def test_site_summary_shows_whether_a_container_ran_through_the_runtime():
-    summary = yaml.safe_load(read('playbooks', 'site.yml'))[0]['post_tasks'][0]
+def summary_line(node):
+    """The fleet summary's line for one healthy host whose gpu_node_result is ``node``, split in words."""
+    summary = yaml.safe_load(read('playbooks', 'site.yml'))[-1]['tasks'][0]
+    lines = templar(ansible_play_hosts_all=['h1'], hostvars={'h1': {'gpu_node_result': node}}).template(
+        trust_as_template(summary['ansible.builtin.debug']['msg']))
+    assert len(lines) == 1 and lines[0].startswith('h1 ok found=')
+    return lines[0].split()[2:]
 
+
+def test_site_summary_shows_whether_a_container_ran_through_the_runtime():
     def render(node):
-        variables = dict((key, trust_as_template(value)) for key, value in summary['vars'].items())
-        return templar(gpu_node_result=node, **variables).template(
-            trust_as_template(summary['ansible.builtin.debug']['msg'])).split()
+        return summary_line(node)
 
     runtime = {'action': 'none', 'runtimes': {'nvidia': {}, 'runc': {}},
                'verification': {'verified': True, 'status': 'ok'}}
@@ -405,12 +452,8 @@ def test_the_result_has_every_engine_and_keeps_dockerds_at_the_top():
 
 
 def test_site_summary_names_what_each_engine_runs():
-    summary = yaml.safe_load(read('playbooks', 'site.yml'))[0]['post_tasks'][0]
-
     def render(runtime):
-        variables = dict((key, trust_as_template(value)) for key, value in summary['vars'].items())
-        return templar(gpu_node_result={'persistenced': None, 'gpu_persistence': None, 'container_runtime': runtime},
-                       **variables).template(trust_as_template(summary['ansible.builtin.debug']['msg'])).split()
+        return summary_line({'persistenced': None, 'gpu_persistence': None, 'container_runtime': runtime})
 
     docker = dict(REGISTERED, verification=VERIFIED)
     line = render(dict(docker, engines={'containerd': CONTAINERD, 'docker': docker}))

@@ -82,10 +82,17 @@ def summary_lines(hosts, hostvars):
 
 
 def test_the_fleet_summary_has_one_line_per_host_healthy_failed_or_unreachable():
-    healthy = 'init=systemd daemon=nvidia(pid 42) gpus=0:enabled docker_runtimes=nvidia,runc docker_action=none nvidia_run=ok'
+    node = {'state': {'converged': False, 'drifted': ['docker']},
+            'persistenced': {'init_system': 'systemd', 'daemon': 'nvidia', 'pid': 42},
+            'gpu_persistence': {'gpus': [{'index': 0, 'after': 'enabled'}]},
+            'container_runtime': {'runtimes': {'runc': {}, 'nvidia': {}}, 'action': 'reload',
+                                  'verification': {'status': 'ok'}}}
+    healthy = ('found=drifted:docker init=systemd daemon=nvidia(pid 42) gpus=0:enabled docker_runtimes=nvidia,runc '
+               'docker_action=reload nvidia_run=ok')
     hostvars = {
-        'h1': {'__site_node_summary': {'msg': healthy, 'changed': False}},
-        'h2': {'__site_node_error': {'failed': True, 'msg': "failed at 'Deploy the persistence daemon': gone"}},
+        'h1': {'gpu_node_result': node},
+        'h2': {'__site_node_error': {'failed': True, 'msg': "failed at 'Deploy the persistence daemon': gone"},
+               'gpu_node_result': node},
         'h3': {},
     }
     assert summary_lines(['h1', 'h2', 'h3'], hostvars) == [
@@ -97,10 +104,11 @@ def test_the_fleet_summary_has_one_line_per_host_healthy_failed_or_unreachable()
     assert plays()[-1]['hosts'] == plays()[0]['hosts']
 
 
-def test_the_healthy_line_is_the_node_summary_unchanged():
-    # scripts/demo parses "Summarise the node"; the fleet summary repeats its message.
-    node = plays()[0]['post_tasks'][0]
-    assert node['name'] == 'Summarise the node' and node['register'] == '__site_node_summary'
+def test_no_task_per_host_after_the_role():
+    # Each task a host goes through costs a forked worker on the controller: the per-host lines are the
+    # fleet summary's, made in one task.
+    assert 'post_tasks' not in plays()[0]
+    assert [list(task) for task in plays()[0]['tasks']] == [['name', 'block', 'rescue']]
 
 
 # The playbook run: a stand-in gpu_node role with the real one's shape (a concern, then the
@@ -186,9 +194,6 @@ def test_healthy_hosts_converge_past_a_broken_one_and_the_run_still_fails(fleet)
     assert counts['h2']['failed'] == '1' and counts['h2']['rescued'] == '1'
     assert counts['h3']['unreachable'] == '1'
     assert counts['h1']['failed'] == counts['h4']['failed'] == '0'
-    # The healthy hosts' own summary line, as scripts/demo reads it.
-    node = out.split('TASK [Summarise the node]', 1)[1].split('PLAY [', 1)[0]
-    assert sorted(re.findall(r'ok: \[(\S+)\] => \{\s*"msg": "([^"]*)"', node)) == [('h1', HEALTHY), ('h4', HEALTHY)]
 
 
 def test_a_failed_host_alone_exits_2(fleet):
@@ -209,7 +214,7 @@ def test_a_failure_threshold_still_stops_the_rollout(fleet):
     rc, out = run_site(fleet, '--limit', 'h1,h2,h4', '-e', 'gpufleet_max_fail_percentage=0')
     assert rc == 2, out
     assert 'NO MORE HOSTS LEFT' in out and printed_summary(out) is None
-    assert 'TASK [Summarise the node]' not in out
+    assert 'TASK [Summarise the fleet]' not in out
     # Batches of one: the broken host's batch stops the run; the hosts after it are never touched.
     rc, out = run_site(fleet, '--limit', 'h2,h1,h4', '-e', 'gpufleet_serial=1', '-e', '{"broken": ["h1"]}')
     assert rc == 2, out
