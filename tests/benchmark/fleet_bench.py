@@ -68,8 +68,16 @@ chmod 0755 /usr/local/bin/nvidia-smi
 # A long-running container that must survive every run (it ignores SIGTERM).
 CANARY = """i=0
 until docker info > /dev/null 2>&1 || [ "$i" -ge 120 ]; do sleep 0.5; i=$((i + 1)); done
-docker rm -f gpufleet-canary > /dev/null 2>&1 || true
-docker run -d --name gpufleet-canary --network none gpufleet/busybox:lab /bin/busybox sleep 1000000 > /dev/null
+# A host that has just booted may refuse the first container for a moment (a cgroup v1 hierarchy not yet
+# writable: "read-only file system"): a few tries, then the error.
+for try in 1 2 3 4 5; do
+    docker rm -f gpufleet-canary > /dev/null 2>&1 || true
+    if docker run -d --name gpufleet-canary --network none gpufleet/busybox:lab /bin/busybox sleep 1000000 > /dev/null; then
+        break
+    fi
+    [ "$try" -lt 5 ] || exit 1
+    sleep 2
+done
 """
 
 PROBE = r"""

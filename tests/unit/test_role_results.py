@@ -192,6 +192,14 @@ def test_what_a_converged_node_publishes_is_the_result_of_nothing_run(concerns, 
     assert expected['state'] == state
 
 
+@pytest.mark.parametrize('diff_mode, drift_only, shown', [
+    (False, False, False), (False, True, False), (True, False, False), (True, True, True)])
+def test_node_state_shows_diffs_only_where_no_module_runs_after_it(diff_mode, drift_only, shown):
+    [task] = [task for task in tasks('gpu_node') if 'gpufleet.nvidia.node_state' in task]
+    variables = dict(role_vars('gpu_node'), ansible_diff_mode=diff_mode, gpu_node_drift_only=drift_only)
+    assert templar(**variables).template(trust_as_template(task['diff'])) is shown
+
+
 def no_nvml_retry(**variables):
     """Whether gpu_persistence's rescue fails the play instead of installing nvidia-ml-py and retrying."""
     condition = tasks('gpu_persistence')[0]['rescue'][0]['when']
