@@ -100,3 +100,16 @@ def test_upstart_build_hash_follows_sources_and_recipe(lab, monkeypatch):
     assert lab.upstart_hash() != before
     layer = lab.upstart_layer_hash("upstart")
     assert layer != lab.upstart_layer_hash("upstart06")
+
+
+def test_a_host_that_ran_out_of_inotify_instances_is_explained(lab, tmp_path):
+    console = tmp_path / "console.log"
+    console.write_text("Welcome to Debian GNU/Linux 12 (bookworm)!\n"
+                       "Failed to create control group inotify object: Too many open files\n"
+                       "Failed to allocate manager object: Too many open files\n")
+    hint = lab.boot_hint(console)
+    assert "fs.inotify.max_user_instances" in hint and "--kinds" in hint and "tests/lab/README.md" in hint
+    # any other death, or no console at all, gets no guess
+    console.write_text("Failed to mount /proc: Permission denied\n")
+    assert lab.boot_hint(console) == ""
+    assert lab.boot_hint(tmp_path / "missing.log") == ""
