@@ -32,6 +32,7 @@ import argparse
 import base64
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -338,11 +339,23 @@ PAIRED = {
 }
 
 
+def round_order(names, round_no):
+    """Round ``round_no``'s order of the variants: it starts two variants further on each round and steps through
+    the list by 1, 2, 3 ... (steps prime to the count): a plain rotation would keep every variant after the same
+    one in every round (drift.yml after the baseline, say). With the five variants, in three rounds no variant
+    runs after the same one twice."""
+    count = len(names)
+    steps = [step for step in range(1, count) if math.gcd(step, count) == 1] or [1]
+    step = steps[round_no % len(steps)]
+    start = (2 * round_no) % count
+    return [names[(start + i * step) % count] for i in range(count)]
+
+
 def bench_paired(size, args, workroot):
     """One fresh lab of twice ``size`` hosts, in two halves of ``size``: the first for site.yml and its variants,
     the second for the baseline (which would rewrite site.yml's units and daemon.json if they shared hosts). Each
-    half's first run, then ``args.paired`` rounds of every no-op variant, each round starting with the next variant
-    (a rotation), so that no variant always runs first or last.
+    half's first run, then ``args.paired`` rounds of every no-op variant, each round in its own order
+    (``round_order``), so that no variant always runs first, last or after the same variant.
     """
     workdir = os.path.join(workroot, "paired-%d" % size)
     os.makedirs(workdir, exist_ok=True)
@@ -393,7 +406,7 @@ def bench_paired(size, args, workroot):
         restarts1 = track(history, state1)
         names = list(PAIRED)
         for round_no in range(args.paired):
-            order = names[round_no % len(names):] + names[:round_no % len(names)]
+            order = round_order(names, round_no)
             for name in order:
                 playbook, extra = PAIRED[name]
                 half = "baseline" if name == "baseline" else "site"
@@ -515,7 +528,8 @@ def write_paired(results, args, command, started, finished, outdir):
           "- Per size N, one fresh lab of 2N hosts (kinds `%s` handed out in turn, %s GPUs per host, seed %s; forks = N, "
           "cap %d) in two halves: site.yml and its variants run on the first N hosts, the baseline on the other N "
           "(`--limit`), since the baseline rewrites the units and daemon.json site.yml manages. Each half's first run, "
-          "then %d rounds of every no-op variant in turn, each round starting with the next variant." % (
+          "then %d rounds of every no-op variant, each round in its own order (it starts two variants further on and "
+          "steps through the list by 1, 2, 3 ...), so that no variant always runs first, last or after the same one." % (
               args.kinds, args.gpus, args.seed, args.forks_cap, args.paired),
           "- Variants: `site.yml` (node_state first, a concern only where it drifted); `site.yml, every module` "
           "(`-e gpu_node_evaluate_first=false`: every concern's module every run, as site.yml did before node_state); "

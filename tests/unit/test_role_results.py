@@ -125,7 +125,7 @@ def test_gpu_node_result_holds_each_concern_or_null():
     skipped = {'changed': False, 'skipped': True, 'skip_reason': 'Conditional result was False'}
     links = {'changed': True, 'created': ['195:0', '195:255'], 'exposed_containers': []}
     # gpu_node_evaluate_first: false (node_state skipped): each role's own result.
-    assert node_result(persistenced_result=persistenced, gpu_persistence_result=skipped, __gpu_node_state=skipped,
+    assert node_result(persistenced_result=persistenced, gpu_persistence_result=skipped, gpu_node_state=skipped,
                        container_runtime_result=runtime, __gpu_node_device_links=links) == {
         'state': None, 'device_links': links, 'persistenced': persistenced, 'gpu_persistence': None,
         'container_runtime': runtime}
@@ -149,7 +149,7 @@ def test_gpu_node_result_takes_node_states_verdict_for_what_did_not_run():
     ran = {'changed': True, 'engines': {'containerd': dict(containerd, containerd_pid_after=7)},
            'engine_list': ['containerd'], 'found': None}
     skipped = {'changed': False, 'skipped': True}
-    result = node_result(__gpu_node_state=state, gpu_persistence_result=skipped, persistenced_result=skipped,
+    result = node_result(gpu_node_state=state, gpu_persistence_result=skipped, persistenced_result=skipped,
                          container_runtime_result=ran)
     assert result['state'] == state and result['gpu_persistence'] == gpus and result['persistenced'] is None
     # dockerd's converged verdict at the top, containerd's run result under engines, the whole engine list
@@ -157,7 +157,7 @@ def test_gpu_node_result_takes_node_states_verdict_for_what_did_not_run():
         'docker': docker, 'containerd': dict(containerd, containerd_pid_after=7)},
         engine_list=['containerd', 'docker'], found={'docker': {'auto': True}})
     # nothing ran: node_state's verdicts alone, nothing changed
-    quiet = node_result(__gpu_node_state=dict(state, run=[]), container_runtime_result=skipped)
+    quiet = node_result(gpu_node_state=dict(state, run=[]), container_runtime_result=skipped)
     assert quiet['container_runtime']['changed'] is False
     assert quiet['container_runtime']['engines'] == {'docker': docker, 'containerd': containerd}
 
@@ -185,19 +185,39 @@ def test_what_a_converged_node_publishes_is_the_result_of_nothing_run(concerns, 
              'drifted': [name for name, c in concerns.items() if not c['converged']],
              'concerns': concerns, 'engine_list': engine_list, 'engines_found': {'docker': {'auto': True}}}
     skipped = {'changed': False, 'skipped': True}
-    expected = node_result(__gpu_node_state=state)
-    assert node_result_checked(__gpu_node_state=state) == expected
-    assert node_result(__gpu_node_state=state, persistenced_result=skipped, gpu_persistence_result=skipped,
+    expected = node_result(gpu_node_state=state)
+    assert node_result_checked(gpu_node_state=state) == expected
+    assert node_result(gpu_node_state=state, persistenced_result=skipped, gpu_persistence_result=skipped,
                        container_runtime_result=skipped, __gpu_node_device_links=skipped) == expected
     assert expected['state'] == state
 
 
-@pytest.mark.parametrize('diff_mode, drift_only, shown', [
-    (False, False, False), (False, True, False), (True, False, False), (True, True, True)])
-def test_node_state_shows_diffs_only_where_no_module_runs_after_it(diff_mode, drift_only, shown):
-    [task] = [task for task in tasks('gpu_node') if 'gpufleet.nvidia.node_state' in task]
+@pytest.mark.parametrize('diff_mode, drift_only, in_main, shown', [
+    (False, False, True, False), (False, True, True, False), (True, False, True, False), (True, True, True, True),
+    # The evaluate entry point alone: nothing runs after node_state.
+    (False, False, False, False), (True, False, False, True)])
+def test_node_state_shows_diffs_only_where_no_module_runs_after_it(diff_mode, drift_only, in_main, shown):
+    [task] = [task for task in tasks('gpu_node', 'evaluate.yml') if 'gpufleet.nvidia.node_state' in task]
     variables = dict(role_vars('gpu_node'), ansible_diff_mode=diff_mode, gpu_node_drift_only=drift_only)
+    if in_main:
+        [step] = [step for step in tasks('gpu_node') if step.get('ansible.builtin.import_tasks') == 'evaluate.yml']
+        variables.update(step['vars'])
     assert templar(**variables).template(trust_as_template(task['diff'])) is shown
+
+
+def test_evaluate_registers_node_state_alone_and_main_imports_it_first():
+    # The evaluate entry point: the inner roles' defaults (no tasks), then node_state, registered as the
+    # documented gpu_node_state; nothing is published. main runs it first, unless every module is to run.
+    steps = tasks('gpu_node', 'evaluate.yml')
+    assert [step.get('register') for step in steps if 'ansible.builtin.import_role' not in step] == ['gpu_node_state']
+    assert all(step['ansible.builtin.import_role']['tasks_from'] == 'defaults.yml'
+               for step in steps if 'ansible.builtin.import_role' in step)
+    first = tasks('gpu_node')[0]
+    assert first['ansible.builtin.import_tasks'] == 'evaluate.yml'
+    assert first['when'] == 'gpu_node_evaluate_first | bool or gpu_node_drift_only | bool'
+    specs = yaml.safe_load(read('roles', 'gpu_node', 'meta', 'argument_specs.yml'))['argument_specs']
+    assert specs['evaluate']['options'] == specs['main']['options']
+    assert '`gpu_node_state`' in read('roles', 'gpu_node', 'README.md')
 
 
 def no_nvml_retry(**variables):

@@ -15,16 +15,21 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def load(role):
+def load(role, entry='main'):
     with open(os.path.join(ROOT, 'roles', role, 'meta', 'argument_specs.yml')) as handle:
-        return yaml.safe_load(handle)['argument_specs']['main']
+        return yaml.safe_load(handle)['argument_specs'][entry]
 
 
 def test_gpu_node_spec_matches_its_generator():
     loader = SourceFileLoader('sync_gpu_node_spec', os.path.join(ROOT, 'scripts', 'sync-gpu-node-spec'))
     module = module_from_spec(spec_from_loader('sync_gpu_node_spec', loader))
     loader.exec_module(module)
-    assert load('gpu_node') == module.build()['argument_specs']['main'], 'run scripts/sync-gpu-node-spec'
+    built = module.build()['argument_specs']
+    assert sorted(built) == ['evaluate', 'main']
+    for entry in built:
+        assert load('gpu_node', entry) == built[entry], 'run scripts/sync-gpu-node-spec'
+    with open(os.path.join(ROOT, 'roles', 'gpu_node', 'meta', 'argument_specs.yml')) as handle:
+        assert handle.read() == module.render(), 'run scripts/sync-gpu-node-spec'
 
 
 def test_every_inner_option_is_validated_by_gpu_node():
@@ -38,8 +43,9 @@ def test_every_inner_option_is_validated_by_gpu_node():
     assert [i['name'] for i in imports] == ['gpufleet.nvidia.%s' % role for role in
                                             ('persistenced', 'gpu_persistence', 'container_runtime')]
     assert [i.get('rolespec_validate') for i in imports] == [False, False, False]
-    # main.yml loads only their defaults (an entry point without tasks, so no spec is validated there either)
-    with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'main.yml')) as handle:
+    # evaluate.yml (main's first step) loads only their defaults (an entry point without tasks, so no spec is
+    # validated there either)
+    with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'evaluate.yml')) as handle:
         defaults = [t['ansible.builtin.import_role'] for t in yaml.safe_load(handle) if 'ansible.builtin.import_role' in t]
     assert [(i['name'], i['tasks_from']) for i in defaults] == [
         ('gpufleet.nvidia.%s' % role, 'defaults.yml') for role in ('persistenced', 'gpu_persistence', 'container_runtime')]
