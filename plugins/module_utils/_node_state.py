@@ -145,7 +145,7 @@ def evaluate(module, options, diff=False):
     started = time.time()
     if any(name in _concerns.ENGINES for name in requested):
         if options['engines']:
-            containerd_config = (options.get('containerd') or {}).get('path') or _concerns.CONTAINERD_SPEC['path'][
+            containerd_config = (options.get('containerd') or {}).get('path') or _concerns.CONTAINERD.spec['path'][
                 'default']
             engines, found = engine_list(options['engines'], run, containerd_config)
         else:

@@ -206,10 +206,13 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concerns import CRIO as CONCERN
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._compile_once import compiled_once
 
 
 def main():
+    # This concern's code alone (module_utils/_concern_crio.py), compiled once (zipimport compiles each file twice).
+    with compiled_once():
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_crio import CONCERN
     module = AnsibleModule(**CONCERN.module_args())
     module.exit_json(**CONCERN.run(module))
 

@@ -223,11 +223,13 @@ def close_masters(cp_dir):
                        capture_output=True, timeout=30)
 
 
-def run_playbook(playbook, cfg, workdir, tag, hosts, extra=()):
+def run_playbook(playbook, cfg, workdir, tag, hosts, extra=(), collections=None):
     count_out = os.path.join(workdir, tag + ".count.json")
     ssh_log = os.path.join(workdir, tag + ".ssh.log")
     env = dict(os.environ, ANSIBLE_CONFIG=cfg, BENCH_COUNT_OUT=count_out, BENCH_SSH_LOG=ssh_log,
                PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_FORCE_COLOR="0")
+    if collections:  # another tree of the collection (--first-ref): it wins over ansible.cfg's path
+        env["ANSIBLE_COLLECTIONS_PATH"] = collections
     cpu0 = busy_cpu_seconds()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
@@ -349,6 +351,144 @@ def round_order(names, round_no):
     step = steps[round_no % len(steps)]
     start = (2 * round_no) % count
     return [names[(start + i * step) % count] for i in range(count)]
+
+
+def reference_tree(commit, workroot):
+    """The collection as it was at ``commit``, unpacked from ``git archive`` (the repository is left as it is):
+    ``(label, its playbooks/site.yml, a collections path holding it)``."""
+    sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", commit + "^{commit}"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    base = os.path.join(workroot, "ref-" + sha[:12])
+    src = os.path.join(base, "src")
+    os.makedirs(src)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", sha], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+    namespace = os.path.join(base, "collections", "ansible_collections", "gpufleet")
+    os.makedirs(namespace)
+    os.symlink(src, os.path.join(namespace, "nvidia"))
+    return "site.yml at %s" % sha[:7], os.path.join(src, "playbooks", "site.yml"), os.path.join(base, "collections")
+
+
+def dealt_parts(hosts, count):
+    """The lab's hosts in ``count`` parts of one size, each kind dealt out in turn so that every part gets
+    about as many hosts of each kind."""
+    ordered = sorted(hosts, key=lambda name: (hosts[name]["kind"], int(re.sub(r"\D", "", name) or 0)))
+    return [ordered[i::count] for i in range(count)]
+
+
+def bench_first_runs(size, args, workroot, reference):
+    """First runs on fresh hosts, ``args.first_runs`` rounds: per round a fresh lab of one part of ``size`` hosts
+    per variant (site.yml; site.yml running every module; with ``--first-ref``, the site.yml of that commit), each
+    variant's first run on its own part, in the round's order (``round_order``), the parts handed to the variants
+    in turn from round to round."""
+    variants = [("site.yml", PLAYBOOKS["site.yml"], [], None),
+                ("site.yml, every module", PLAYBOOKS["site.yml"], ["-e", "gpu_node_evaluate_first=false"], None)]
+    if reference:
+        variants.append((reference[0], reference[1], [], reference[2]))
+    names = [v[0] for v in variants]
+    result = {"hosts": size, "forks": min(size, args.forks_cap), "rounds": args.first_runs,
+              "runs": dict((name, []) for name in names)}
+    for round_no in range(args.first_runs):
+        workdir = os.path.join(workroot, "first-runs-%d" % size, "r%d" % round_no)
+        os.makedirs(workdir, exist_ok=True)
+        up = run_lab("up", "--hosts", str(len(variants) * size), "--kinds", args.kinds, "--gpus", args.gpus,
+                     "--seed", args.seed)
+        hosts, hostvars = load_inventory()
+        parts = dealt_parts(hosts, len(variants))
+        log("first runs, %d hosts a part: round %d, lab of %d up in %.1f s" % (size, round_no + 1, len(hosts), up))
+        with open(STAND_IN, "rb") as handle:
+            stand_in = base64.encodebytes(handle.read()).decode()
+        on_all(hosts, hostvars, PREPARE.format(stand_in=stand_in.strip(), canary=CANARY))
+        cfg, cp_dir = write_tools(workdir, min(size, args.forks_cap))
+        try:
+            history = {}
+            state0 = probe(hosts, hostvars)
+            restarts0 = track(history, state0)
+            for name in round_order(names, round_no):
+                index = names.index(name)
+                unused, playbook, extra, collections = variants[index]
+                members = dict((n, hosts[n]) for n in parts[(index + round_no) % len(parts)])
+                settle()
+                run = run_playbook(playbook, cfg, workdir, re.sub(r"\W+", "-", name), members,
+                                   ["--limit", ",".join(sorted(members))] + extra, collections=collections)
+                state1 = probe(hosts, hostvars)
+                restarts1 = track(history, state1)
+                run["docker"] = docker_delta(dict((h, state0[h]) for h in members), state1, restarts0, restarts1)
+                run["canary_down"] = sum(1 for h in members if state1[h]["canary"] != "true")
+                run["kinds"] = dict((kind, sum(1 for h in members.values() if h["kind"] == kind))
+                                    for kind in sorted({h["kind"] for h in members.values()}))
+                run.pop("tasks")
+                result["runs"][name].append(run)
+                log("first runs, %d hosts: round %d %s %.1f s rc %d, docker %s, canaries down %d" % (
+                    size, round_no + 1, name, run["wall"], run["rc"], run["docker"], run["canary_down"]))
+                state0, restarts0 = state1, restarts1
+        finally:
+            close_masters(cp_dir)
+            run_lab("down")
+    return result
+
+
+def first_runs_report(results):
+    """The first runs' table and verdicts (markdown lines), and whether the target is met everywhere."""
+    lines = ["| hosts | variant | wall s, median (min-max) | s/host | vs site.yml (per-round ratio, median (min-max)) "
+             "| controller CPU s/host | machine CPU s/host | modules/host | dockerd restarts | canaries down | rc |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    verdicts, ok_all = [], True
+    for r in results:
+        n, site = r["hosts"], r["runs"]["site.yml"]
+        for name, runs in r["runs"].items():
+            walls = [x["wall"] for x in runs]
+            ratios = [x["wall"] / s["wall"] for x, s in zip(runs, site)]
+            lines.append("| %d | %s | %s (%s-%s) | %s | %s | %s | %s | %s | %d | %d | %s |" % (
+                n, name, fmt(median(walls)), fmt(min(walls)), fmt(max(walls)), fmt(median(walls) / n, 2),
+                "-" if name == "site.yml" else "%sx (%s-%s)" % (fmt(median(ratios), 2), fmt(min(ratios), 2),
+                                                                fmt(max(ratios), 2)),
+                fmt(median([x["controller_cpu"] for x in runs]) / n, 2),
+                fmt(median([x["machine_cpu"] for x in runs]) / n, 2), fmt(median([x["modules_per_host"] for x in runs])),
+                sum(x["docker"]["restarts"] for x in runs), sum(x["canary_down"] for x in runs),
+                ",".join(str(x["rc"]) for x in runs)))
+            if name != "site.yml":
+                # "no slower": site.yml's time over the other's, per round, median at most 1
+                slower = median([s["wall"] / x["wall"] for x, s in zip(runs, site)])
+                ok = slower <= 1.0
+                ok_all &= ok if name != "site.yml, every module" else True
+                verdicts.append("- %d hosts: site.yml's first run takes %sx the time of %s's (%s)." % (
+                    n, fmt(slower, 2), name, ("met" if ok else "MISSED") + ": target <= 1" if name.startswith(
+                        "site.yml at ") else "for reference, not a target: the same code with node_state left out"))
+        ok = all(x["docker"]["restarts"] == 0 and x["canary_down"] == 0 for x in site)
+        ok_all &= ok
+        verdicts.append("- %d hosts: site.yml's first runs: %d dockerd restarts, %d canaries down (%s; target 0)." % (
+            n, sum(x["docker"]["restarts"] for x in site), sum(x["canary_down"] for x in site),
+            "met" if ok else "MISSED"))
+    return lines, verdicts, ok_all
+
+
+def write_first_runs(results, args, command, started, finished, outdir):
+    table, verdicts, unused = first_runs_report(results)
+    md = ["# Fleet benchmark: first runs on fresh hosts", "",
+          "Generated by `tests/benchmark/fleet_bench.py --first-runs %d`." % args.first_runs, "",
+          "- Command: `%s`" % command,
+          "- Date: %s to %s (UTC)" % (started.strftime("%Y-%m-%d %H:%M"), finished.strftime("%H:%M")),
+          "- Machine: %s" % machine(),
+          "- Per size N and round, a fresh lab of one part of N hosts per variant (kinds `%s` handed out in turn, each "
+          "kind dealt out evenly over the parts, %s GPUs per host, seed %s; forks = N, cap %d), canaries started, "
+          "then each variant's first run on its own part (`--limit`), in the round's order (as in the paired mode: no "
+          "variant always first, last or after the same one); from round to round the variants take the parts in "
+          "turn." % (args.kinds, args.gpus, args.seed, args.forks_cap),
+          "- Variants: `site.yml` (node_state first: on a fresh host every concern drifted, so it runs them all after "
+          "one more round trip); `site.yml, every module` (`-e gpu_node_evaluate_first=false`, the same code without "
+          "node_state); %s." % (
+              "`%s` (the collection's site.yml as it was at that commit, unpacked from `git archive`: the first run "
+              "the target compares with)" % args.first_ref_label if args.first_ref else "no reference commit"), "",
+          "## Results", ""] + table + [
+          "", "*vs site.yml*: per round, the variant's wall time over site.yml's. *controller CPU* is the user+system "
+          "CPU of ansible-playbook and its children; *machine CPU* the whole machine's busy time (controller and lab "
+          "hosts share it).", "", "## Target: the first run no slower than before node_state", ""] + verdicts + [""]
+    with open(os.path.join(outdir, "first-runs.md"), "w") as handle:
+        handle.write("\n".join(md))
+    with open(os.path.join(outdir, "first-runs.json"), "w") as handle:
+        json.dump({"command": command, "started": started.isoformat(), "reference": args.first_ref,
+                   "results": results}, handle, indent=1)
 
 
 def bench_paired(size, args, workroot):
@@ -739,6 +879,12 @@ def main():
     parser.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
                         help="paired mode: per size one fleet, site.yml's first run, then ROUNDS rounds of the no-op "
                              "variants interleaved (writes paired.md and paired.json)")
+    parser.add_argument("--first-runs", type=int, default=0, metavar="ROUNDS",
+                        help="first-run mode: per size ROUNDS rounds, each on a fresh lab, of the first run of site.yml, "
+                             "of site.yml running every module and (--first-ref) of another commit's site.yml "
+                             "(writes first-runs.md and first-runs.json)")
+    parser.add_argument("--first-ref", metavar="COMMIT",
+                        help="first-run mode: the commit whose site.yml's first run site.yml is held against")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("fleet_bench: run as root (the lab needs it)")
@@ -749,6 +895,28 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     results, broken = [], False
     run_lab("down")  # every fleet starts fresh
+    if args.first_runs:
+        reference = reference_tree(args.first_ref, workroot) if args.first_ref else None
+        args.first_ref_label = reference[0] if reference else None
+        try:
+            for size in [int(s) for s in args.sizes.split(",")]:
+                try:
+                    results.append(bench_first_runs(size, args, workroot, reference))
+                except RuntimeError as exc:
+                    log("first runs, %d hosts: not measured: %s" % (size, exc))
+                    broken = True
+                    continue
+                write_first_runs(results, args, command, started, datetime.datetime.now(datetime.timezone.utc),
+                                 args.out)
+        finally:
+            run_lab("down")
+        if not results:
+            return 1
+        table, verdicts, ok = first_runs_report(results)
+        print("\n".join(table + [""] + verdicts))
+        write_first_runs(results, args, command, started, datetime.datetime.now(datetime.timezone.utc), args.out)
+        broken = broken or any(x["rc"] != 0 for r in results for runs in r["runs"].values() for x in runs)
+        return 1 if broken or (args.strict and not ok) else 0
     if args.paired:
         try:
             for size in [int(s) for s in args.sizes.split(",")]:

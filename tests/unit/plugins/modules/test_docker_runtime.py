@@ -14,7 +14,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_docker
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.modules import docker_runtime
@@ -96,12 +96,12 @@ def run_module(monkeypatch, tmp_path):
 
     monkeypatch.setattr(docker_runtime.AnsibleModule, 'exit_json', exit_json)
     monkeypatch.setattr(docker_runtime.AnsibleModule, 'fail_json', fail_json)
-    monkeypatch.setattr(_concerns._dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
+    monkeypatch.setattr(_concern_docker._dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
 
     def run(args, dockerd):
         dockerd.path = args['path']
-        monkeypatch.setattr(_concerns, 'build_dockerd', lambda module, socket_path: (dockerd, None))
-        monkeypatch.setattr(_concerns, 'DockerAPI', lambda *a, **k: dockerd)
+        monkeypatch.setattr(_concern_docker, 'build_dockerd', lambda module, socket_path: (dockerd, None))
+        monkeypatch.setattr(_concern_docker, 'DockerAPI', lambda *a, **k: dockerd)
         with patch_module_args(args):
             with pytest.raises(ModuleExit) as excinfo:
                 docker_runtime.main()
@@ -140,7 +140,7 @@ def test_a_no_op_run_does_not_start_dockerd_for_its_help(run_module, tmp_path, m
         asked.append(args)
         return HELP_20_10['text']
 
-    monkeypatch.setattr(_concerns._dockerd, 'dockerd_help', dockerd_help)
+    monkeypatch.setattr(_concern_docker._dockerd, 'dockerd_help', dockerd_help)
     path = str(tmp_path / 'daemon.json')
     with open(path, 'w') as handle:
         handle.write('{}\n')

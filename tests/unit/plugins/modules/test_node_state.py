@@ -19,6 +19,8 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_docker
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
 from ansible_collections.gpufleet.nvidia.plugins.modules import docker_runtime
@@ -55,9 +57,9 @@ def forget_dumps(monkeypatch):
 @pytest.fixture
 def fake_dockerd(monkeypatch):
     dockerd = FakeDockerd()
-    monkeypatch.setattr(_concerns, 'build_dockerd', lambda module, socket_path: (dockerd, None))
-    monkeypatch.setattr(_concerns, 'DockerAPI', lambda *a, **k: dockerd)
-    monkeypatch.setattr(_concerns._dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
+    monkeypatch.setattr(_concern_docker, 'build_dockerd', lambda module, socket_path: (dockerd, None))
+    monkeypatch.setattr(_concern_docker, 'DockerAPI', lambda *a, **k: dockerd)
+    monkeypatch.setattr(_concern_docker._dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
     return dockerd
 
 
@@ -128,7 +130,7 @@ def test_options_are_validated_by_the_concern_modules_own_spec():
     assert neither['failed'] and 'one of the following is required: mode, modes' in neither['result']['msg']
 
 
-class Scripted(_concerns.Concern):
+class Scripted(_concern.Concern):
     """A concern whose run is scripted: a result, a fail_json or an error."""
 
     def __init__(self, name, outcome):
@@ -140,7 +142,7 @@ class Scripted(_concerns.Concern):
                 raise OSError(5, 'Input/output error')
             module.warn('%s says hello' % name)
             return {'changed': outcome == 'drift', 'actions': ['restart'] if outcome == 'drift' else []}
-        _concerns.Concern.__init__(self, name, name + '_module', {'x': dict(type='int', default=1)}, run)
+        _concern.Concern.__init__(self, name, name + '_module', {'x': dict(type='int', default=1)}, run)
 
 
 def scripted(monkeypatch, outcomes):

@@ -1,0 +1,50 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The containerd_runtime concern: its argument spec and run.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time (see ``_concern``).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern import Concern, engine_binary, engine_service
+
+
+SPEC = dict(
+    path=dict(type='path', default=_containerd.DEFAULT_PATH),
+    name=dict(type='str', default='nvidia'),
+    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
+    default_runtime=dict(type='bool'),
+    state=dict(type='str', default='present', choices=['present', 'absent']),
+    backup=dict(type='bool', default=False),
+    apply=dict(type='str', default='auto', choices=['auto', 'restart', 'none']),
+    service_name=dict(type='str', default='containerd'),
+    apply_timeout=dict(type='int', default=60),
+)
+
+
+def run(module):
+    params = module.params
+    service, run_command = engine_service(module, lambda: _containerd_apply.find_pid(params['path']),
+                                          log_files=_containerd_apply.log_files(params['service_name']))
+    containerd = engine_binary(module, 'containerd', 'install the containerd package first.')
+    programs = _containerd_apply.Tools(run_command, containerd=containerd,
+                                       ctr=module.get_bin_path('ctr') or 'ctr')
+    request = _containerd_apply.Request(
+        path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
+        default_runtime=params['default_runtime'], state=params['state'], apply=params['apply'],
+        timeout=params['apply_timeout'])
+    converge = _containerd_apply.Converge(request, service, programs, backup=params['backup'] or None,
+                                          label=_host.selinux_labeller(module))
+    return _module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
+
+
+CONCERN = Concern('containerd', 'containerd_runtime', SPEC, run)

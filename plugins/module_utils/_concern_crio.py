@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The crio_runtime concern: its argument spec and run.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time (see ``_concern``).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern import Concern, engine_binary, engine_service
+
+
+SPEC = dict(
+    path=dict(type='path', default=_crio.DEFAULT_PATH),
+    config_path=dict(type='path', default=_crio.DEFAULT_CONFIG),
+    config_dir=dict(type='path', default=_crio.DEFAULT_DIR),
+    name=dict(type='str', default='nvidia'),
+    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
+    default_runtime=dict(type='bool'),
+    state=dict(type='str', default='present', choices=['present', 'absent']),
+    backup=dict(type='bool', default=False),
+    apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
+    service_name=dict(type='str', default='crio'),
+    apply_timeout=dict(type='int', default=60),
+)
+
+
+def run(module):
+    params = module.params
+    service, run_command = engine_service(
+        module, lambda: _crio_apply.find_pid(params['config_path'], params['config_dir'])[0])
+    crio = engine_binary(module, 'crio', 'install CRI-O first.')
+    request = _crio.Request(
+        path=params['path'], config_path=params['config_path'], config_dir=params['config_dir'], name=params['name'],
+        runtime_path=params['runtime_path'], default_runtime=params['default_runtime'], state=params['state'],
+        apply=params['apply'], timeout=params['apply_timeout'])
+    converge = _crio_apply.Converge(request, service, _crio_apply.Tools(run_command, crio=crio),
+                                    backup=params['backup'] or None,
+                                    backup_dir=os.path.dirname(params['config_dir'].rstrip('/')),
+                                    label=_host.selinux_labeller(module))
+    return _module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
+
+
+CONCERN = Concern('crio', 'crio_runtime', SPEC, run)

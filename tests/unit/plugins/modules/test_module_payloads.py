@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What each module carries to the host: the module zip Ansible itself builds (AnsiballZ).
+
+Every file of our module_utils in a module's zip is compiled on the host on every run (zipimport keeps
+no bytecode). A concern module carries its own concern's code and what that code imports, never the other
+concerns': when every module imported all of them (one shared file of every concern's spec and run), each
+concern module compiled the collection's ten thousand lines on every run, and a first run got slower. node_state
+carries every concern, since it evaluates them all.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+UTILS = 'ansible_collections/gpufleet/nvidia/plugins/module_utils/'
+
+# Each concern's own code (module_utils files no other concern imports).
+OWN = {
+    'device_links': {'_concern_device_links', '_dev_char'},
+    'persistenced': {'_concern_persistenced', '_persistenced_deploy'},
+    'gpu_persistence': {'_concern_gpu_persistence', '_gpu_apply'},
+    'containerd_runtime': {'_concern_containerd', '_containerd_apply', '_containerd'},
+    'crio_runtime': {'_concern_crio', '_crio_apply', '_crio'},
+    'docker_runtime': {'_concern_docker', '_docker_apply', '_daemon_json', '_json_splice'},
+}
+
+
+# Run in a fresh interpreter: Ansible's collection loader is configured once per process, and other tests
+# configure it their own way.
+BUILD = r"""
+import base64, io, json, os, re, sys, zipfile
+from ansible.executor import module_common
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
+from ansible.template import Templar
+root, names = sys.argv[1], sys.argv[2:]
+init_plugin_loader()
+found = {}
+for name in names:
+    built = module_common.modify_module(
+        module_name='gpufleet.nvidia.' + name, module_path=os.path.join(root, 'plugins', 'modules', name + '.py'),
+        module_args={}, templar=Templar(loader=DataLoader()), task_vars={'ansible_python_interpreter': sys.executable})
+    data = re.search(r"zip_data='([A-Za-z0-9+/=]+)'", built.b_module_data.decode('utf-8'))
+    if data is None:
+        sys.exit('no zip in the AnsiballZ wrapper of %s (has its layout changed?)' % name)
+    with zipfile.ZipFile(io.BytesIO(base64.b64decode(data.group(1)))) as zf:
+        found[name] = zf.namelist()
+print(json.dumps(found))
+"""
+
+
+@pytest.fixture(scope='module')
+def payloads():
+    """Per module, the module_utils files (names without .py) of our collection in the zip Ansible builds for it."""
+    out = subprocess.run([sys.executable, '-c', BUILD, ROOT, 'node_state'] + sorted(OWN), capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return dict((name, set(os.path.splitext(n[len(UTILS):])[0] for n in names if n.startswith(UTILS) and n.endswith('.py')))
+                for name, names in json.loads(out.stdout).items())
+
+
+@pytest.mark.parametrize('module', sorted(OWN))
+def test_a_concern_module_carries_its_own_concern_alone(payloads, module):
+    carried = payloads[module]
+    assert OWN[module] <= carried
+    others = set().union(*(own for name, own in OWN.items() if name != module)) - OWN[module]
+    assert carried & others == set(), '%s carries other concerns\' code' % module
+    assert '_concerns' not in carried
+
+
+def test_node_state_carries_every_concern(payloads):
+    carried = payloads['node_state']
+    assert set().union(*OWN.values()) <= carried
+    assert '_concerns' in carried
