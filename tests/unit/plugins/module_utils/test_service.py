@@ -165,7 +165,9 @@ def test_sysv_running_is_the_daemons_process():
 
 
 def test_sysv_reload_sends_sighup_to_the_daemon():
-    child = subprocess.Popen(['sleep', '60'])
+    # SIGHUP's default action in the child, whatever the test run inherited (under nohup it is ignored, and so
+    # would be the reload's signal).
+    child = subprocess.Popen(['sleep', '60'], preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         host = Host()
         service('sysvinit', host, find_pid=lambda: child.pid).reload()
