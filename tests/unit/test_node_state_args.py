@@ -20,10 +20,9 @@ import re
 import pytest
 import yaml
 
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
-
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
+
+from role_templates import templar, trusted_tree
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 
@@ -49,14 +48,6 @@ def task_args(path, module):
     return found[0]
 
 
-def trusted(value):
-    if isinstance(value, dict):
-        return dict((key, trusted(item)) for key, item in value.items())
-    if isinstance(value, list):
-        return [trusted(item) for item in value]
-    return trust_as_template(value) if isinstance(value, str) else value
-
-
 def node_state_args():
     [task] = [task for task in load('roles/gpu_node/tasks/evaluate.yml') if 'gpufleet.nvidia.node_state' in task]
     return task['gpufleet.nvidia.node_state']
@@ -68,13 +59,13 @@ def role_variables(**changed):
     for path in ('roles/persistenced/defaults/main.yml', 'roles/gpu_persistence/defaults/main.yml',
                  'roles/container_runtime/defaults/main.yml', 'roles/gpu_node/defaults/main.yml',
                  'roles/gpu_node/vars/main.yml'):
-        found.update(trusted(load(path) or {}))
+        found.update(trusted_tree(load(path) or {}))
     found.update(changed)
     return found
 
 
 def render(template, **changed):
-    return Templar(loader=DataLoader(), variables=role_variables(**changed)).template(trusted(template))
+    return templar(**role_variables(**changed)).template(trusted_tree(template))
 
 
 def read_by(concern):

@@ -16,8 +16,9 @@ import re
 import pytest
 import yaml
 
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import trust_as_template
+
+from role_templates import templar, trusted_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INNER = ('persistenced', 'gpu_persistence', 'container_runtime')
@@ -30,19 +31,6 @@ def read(*path):
 
 def tasks(role, name='main.yml'):
     return yaml.safe_load(read('roles', role, 'tasks', name))
-
-
-def templar(**variables):
-    return Templar(loader=DataLoader(), variables=variables)
-
-
-def trusted_tree(value):
-    """A role's variables as Ansible holds them: every string a trusted template, templated when read."""
-    if isinstance(value, dict):
-        return dict((key, trusted_tree(item)) for key, item in value.items())
-    if isinstance(value, list):
-        return [trusted_tree(item) for item in value]
-    return trust_as_template(value) if isinstance(value, str) else value
 
 
 def role_vars(role):
@@ -269,16 +257,6 @@ def test_site_summary_shows_whether_a_container_ran_through_the_runtime():
 # container_runtime's verification: decided in roles/container_runtime/vars/main.yml from
 # the module's result and the docker CLI's answers, published as container_runtime_result.verification.
 
-def trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return dict((key, trusted(item)) for key, item in value.items())
-    if isinstance(value, list):
-        return [trusted(item) for item in value]
-    return value
-
-
 REGISTERED = {'changed': True, 'action': 'reload',
               'runtimes': {'nvidia': {'path': 'nvidia-container-runtime'}, 'runc': {'path': 'runc'}},
               'default_runtime': 'runc', 'dockerd_pid_before': 41, 'dockerd_pid_after': 41}
@@ -290,7 +268,7 @@ PLAIN = 'docker run --rm --network none --entrypoint true gpufleet/busybox:lab'
 
 def runtime_vars(**variables):
     merged = yaml.safe_load(read('roles', 'container_runtime', 'defaults', 'main.yml'))
-    merged.update(trusted(yaml.safe_load(read('roles', 'container_runtime', 'vars', 'main.yml'))))
+    merged.update(trusted_tree(yaml.safe_load(read('roles', 'container_runtime', 'vars', 'main.yml'))))
     merged.update(ansible_check_mode=False, __container_runtime_docker=REGISTERED)
     merged.update(variables)
     return templar(**merged)
