@@ -52,7 +52,9 @@ class BundledDaemonAction(ActionBase):
         result.update(self._execute_module(module_name=self.MODULE, module_args=args, task_vars=task_vars))
         # The module echoes its options back (invocation.module_args): not the daemon's text, which the
         # controller has already (22 KB a host, to be parsed, registered and templated for nothing).
+        # Whether an option that was not sent is echoed (as its default, None) differs between ansible-core
+        # releases (2.18-2.20 do, 2.21 does not): only what this action sent is replaced.
         module_args = result.get('invocation', {}).get('module_args')
-        if isinstance(module_args, dict) and 'bundled_source' in module_args:
+        if isinstance(module_args, dict) and 'bundled_source' in args:
             module_args['bundled_source'] = '(the bundled daemon, %d bytes as sent)' % len(args['bundled_source'])
         return result

@@ -16,7 +16,7 @@ import re
 import pytest
 import yaml
 
-from ansible.template import trust_as_template
+from core_compat import evaluate_conditional, trust_as_template
 
 from role_templates import templar, trusted_tree
 
@@ -92,7 +92,8 @@ def test_gpu_node_sets_its_public_result_and_documents_it():
     assert converged['tags'] == leave['tags'] == published['tags'] == ['always']
     # The three inner roles' results, and the device_links module's (registered internally by gpu_node).
     # and node_state's whole result under state.
-    assert sorted(role_vars('gpu_node')['__gpu_node_public']) == sorted(INNER + ('device_links', 'state'))
+    assert sorted(re.findall(r"^ *(?:{{ {)?'(\w+)': ", role_vars('gpu_node')['__gpu_node_public'], re.M)) == sorted(
+        INNER + ('device_links', 'state'))
     assert '`gpu_node_result`' in read('roles', 'gpu_node', 'README.md')
 
 
@@ -211,7 +212,7 @@ def test_evaluate_registers_node_state_alone_and_main_imports_it_first():
 def no_nvml_retry(**variables):
     """Whether gpu_persistence's rescue fails the play instead of installing nvidia-ml-py and retrying."""
     condition = tasks('gpu_persistence')[0]['rescue'][0]['when']
-    return templar(**variables).evaluate_conditional(trust_as_template(condition))
+    return evaluate_conditional(templar(**variables), trust_as_template(condition))
 
 
 def test_gpu_persistence_retries_on_the_missing_library_key_not_the_message():
@@ -352,7 +353,7 @@ def test_nothing_is_run_where_there_is_nothing_to_verify(variables, status):
     assert result['verified'] is None and result['status'] == status and result['commands'] == []
     assert evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES, **variables) == []
     lookup = tasks('container_runtime', 'docker.yml')[1]
-    assert runtime_vars(**variables).evaluate_conditional(trust_as_template(lookup['when'])) is False
+    assert evaluate_conditional(runtime_vars(**variables), trust_as_template(lookup['when'])) is False
 
 
 def test_verification_tasks_change_nothing_and_fail_only_on_a_failed_run():
@@ -367,15 +368,15 @@ def test_verification_tasks_change_nothing_and_fail_only_on_a_failed_run():
     conditions = dict((task['name'], task['when']) for task in role_tasks[4:])
     outcome = {'status': 'failed', 'msg': 'x'}
     fail = [name for name, when in conditions.items()
-            if templar(__container_runtime_docker_verification=outcome).evaluate_conditional(trust_as_template(when))]
+            if evaluate_conditional(templar(__container_runtime_docker_verification=outcome), trust_as_template(when))]
     assert fail == ['Fail when the runtime cannot run a container']
     outcome['status'] = 'no_image'
     said = [name for name, when in conditions.items()
-            if templar(__container_runtime_docker_verification=outcome).evaluate_conditional(trust_as_template(when))]
+            if evaluate_conditional(templar(__container_runtime_docker_verification=outcome), trust_as_template(when))]
     assert said == ['Say why no container was run']
     for status in ('ok', 'off', 'check_mode', 'absent', 'not_loaded'):
         outcome['status'] = status
-        assert not any(templar(__container_runtime_docker_verification=outcome).evaluate_conditional(
+        assert not any(evaluate_conditional(templar(__container_runtime_docker_verification=outcome),
             trust_as_template(when)) for when in conditions.values())
 
 
@@ -405,15 +406,15 @@ def test_each_engine_runs_only_when_listed_and_auto_asks_the_host_only_when_name
     role_tasks = tasks('container_runtime')
     conditions = dict((task['name'], task['when']) for task in role_tasks if 'when' in task)
     info = conditions['Find the container engines installed on the host']
-    assert runtime_vars(container_runtime_engines=['auto']).evaluate_conditional(trust_as_template(info)) is True
-    assert runtime_vars(container_runtime_engines=['docker']).evaluate_conditional(trust_as_template(info)) is False
+    assert evaluate_conditional(runtime_vars(container_runtime_engines=['auto']), trust_as_template(info)) is True
+    assert evaluate_conditional(runtime_vars(container_runtime_engines=['docker']), trust_as_template(info)) is False
     imports = dict((task['ansible.builtin.import_tasks'], task['when']) for task in role_tasks
                    if 'ansible.builtin.import_tasks' in task)
     assert sorted(imports) == ['containerd.yml', 'crio.yml', 'docker.yml']
     for listed in (['docker'], ['containerd'], ['crio', 'docker'], []):
         variables = runtime_vars(container_runtime_engines=listed, __container_runtime_found=SKIPPED)
         ran = sorted(name[:-4] for name, when in imports.items()
-                     if variables.evaluate_conditional(trust_as_template(when)))
+                     if evaluate_conditional(variables, trust_as_template(when)))
         assert ran == sorted(listed)
     # Each engine's module gets the shared options under its own names.
     containerd = tasks('container_runtime', 'containerd.yml')[0]['gpufleet.nvidia.containerd_runtime']
@@ -477,7 +478,7 @@ def runs_gpu_persistence(**variables):
     step = [task for task in tasks('gpu_node', 'concerns.yml') if task.get('name') == 'Per-GPU persistence'][0]
     values = dict(role_vars('gpu_node'), **dict({'gpu_node_gpu_persistence': True, 'ansible_check_mode': False,
                                                  '__gpu_node_run': ['gpu_persistence']}, **variables))
-    return all(templar(**values).evaluate_conditional(trust_as_template(condition)) for condition in step['when'])
+    return all(evaluate_conditional(templar(**values), trust_as_template(condition)) for condition in step['when'])
 
 
 def test_gpu_node_leaves_the_gpus_alone_while_the_daemon_is_stopped_for_maintenance():

@@ -21,7 +21,9 @@ import pytest
 import yaml
 
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
+
+from core_compat import trust_as_template
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SITE = os.path.join(ROOT, 'playbooks', 'site.yml')

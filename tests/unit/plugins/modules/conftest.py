@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
+from core_compat import patch_module_args
 
 
 @pytest.fixture

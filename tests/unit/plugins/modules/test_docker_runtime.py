@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
+from core_compat import patch_module_args
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_docker
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj

@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
+from core_compat import patch_module_args
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
 from ansible_collections.gpufleet.nvidia.plugins.modules import gpu_info, gpu_persistence

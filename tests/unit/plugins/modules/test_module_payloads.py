@@ -50,7 +50,8 @@ for name in names:
     built = module_common.modify_module(
         module_name='gpufleet.nvidia.' + name, module_path=os.path.join(root, 'plugins', 'modules', name + '.py'),
         module_args={}, templar=Templar(loader=DataLoader()), task_vars={'ansible_python_interpreter': sys.executable})
-    data = re.search(r"zip_data='([A-Za-z0-9+/=]+)'", built.b_module_data.decode('utf-8'))
+    module_data = built.b_module_data if hasattr(built, 'b_module_data') else built[0]  # 2.18: a tuple
+    data = re.search(r"(?:zip_data=|ZIPDATA = )'([A-Za-z0-9+/=]+)'", module_data.decode('utf-8'))  # 2.18: ZIPDATA
     if data is None:
         sys.exit('no zip in the AnsiballZ wrapper of %s (has its layout changed?)' % name)
     with zipfile.ZipFile(io.BytesIO(base64.b64decode(data.group(1)))) as zf:

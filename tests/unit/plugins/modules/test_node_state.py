@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
+from core_compat import patch_module_args
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_docker

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
+from core_compat import patch_module_args
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_deploy as deploy
