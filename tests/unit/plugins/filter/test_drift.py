@@ -7,7 +7,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+import os
+
+import pytest
+
 from ansible_collections.gpufleet.nvidia.plugins.filter.drift import drift_report
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
 
 
 def verdict(result, converged=True, failed=False):
@@ -63,8 +70,6 @@ def test_a_host_without_a_result_and_no_error_is_unreachable():
 
 def test_the_report_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     from ansible_collections.gpufleet.nvidia.plugins.action import drift_report as action
-    import json
-    import os
     path = str(tmp_path / 'drift.json')
     report = drift_report({'h1': CONVERGED})
     action.write_report(path, report)
@@ -74,13 +79,21 @@ def test_the_report_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
     def broken(*args, **kwargs):
         raise IOError(28, 'No space left on device')
-    monkeypatch.setattr(action.json, 'dump', broken)
-    try:
+    monkeypatch.setattr(_host, 'write_all', broken)
+    with pytest.raises(HostFileError, match='drift.json: cannot write: No space left on device'):
         action.write_report(path, drift_report({'h2': DRIFTED}))
-    except IOError:
-        pass
-    else:
-        raise AssertionError('a failed write was not reported')
     # the old report stays, and no temp file is left
     assert json.load(open(path)) == report
     assert os.listdir(str(tmp_path)) == ['drift.json']
+
+
+def test_the_report_replaces_a_link_at_its_name_and_never_writes_through_it(tmp_path):
+    from ansible_collections.gpufleet.nvidia.plugins.action import drift_report as action
+    victim = tmp_path / 'victim'
+    victim.write_text('root only')
+    victim.chmod(0o600)
+    path = tmp_path / 'drift.json'
+    path.symlink_to(victim)
+    action.write_report(str(path), drift_report({'h1': CONVERGED}))
+    assert not path.is_symlink() and json.loads(path.read_text())['hosts'][0]['host'] == 'h1'
+    assert victim.read_text() == 'root only' and oct(victim.stat().st_mode & 0o777) == '0o600'
