@@ -1,4 +1,4 @@
-"""The controller writes the drift report (gpufleet.nvidia.drift_report's action) into a directory another user can write.
+"""The controller writes the drift report (drift_report's action) into a directory another user can write.
 
 A report directory shared with other users (uid 4242 here owns it) must not let them turn root's
 write into a chmod or a write of another file: the attacker swaps every temp file root creates
