@@ -13,12 +13,13 @@ short_description: One line per host from each host's gpu_node_result (the fleet
 version_added: 0.1.0
 description:
   - Turns the play's hosts, each healthy host's C(gpu_node_result) and each failed host's message into one line per
-    host, C(HOST ok found=... init=... daemon=...(pid ...) gpus=... docker_runtimes=... docker_action=...
+    host, C(HOST ok found=... init=... daemon=... gpus=... docker_runtimes=... docker_action=...
     nvidia_run=...) (and C(containerd_*), C(crio_*) for those engines), C(HOST MESSAGE) for a failed host, or
     C(HOST unreachable).
-  - What a host returned is untrusted data. A result of the wrong shape gives that host the line
-    C(HOST failed: its gpu_node_result was malformed (...)) and leaves the other lines alone; every value printed
-    has its control characters (newline, carriage return, ANSI escape) escaped, so that one host's line is one line.
+  - "What a host returned is untrusted data. A result of the wrong shape gives that host the line
+    C(HOST failed: its gpu_node_result was malformed), with what was wrong, and leaves the other lines alone;
+    every value printed has its control characters (newline, carriage return, ANSI escape) escaped, so that one
+    host's line is one line."
 options:
   _input:
     description: The play's hosts, in order.

@@ -50,7 +50,7 @@ options:
       - Where to write the report as JSON on the controller, mode 0644; omitted writes nothing. A link at this name
         is replaced, never written through.
       - A controller path, so take it from the controller's own variables (C(playbooks/drift.yml) reads
-        C(hostvars['localhost'].gpufleet_drift_report)), never from a managed host's variables: the facts a host
+        C(hostvars['localhost'].gpufleet_drift_report)), never from a managed host's variables, since the facts a host
         returns become its host variables.
     type: path
 seealso:
