@@ -13,27 +13,23 @@ __metaclass__ = type
 
 import json
 import os
-import tempfile
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.nvidia.plugins.filter.drift import drift_report
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._host import write_atomic
 
 
 def write_report(path, report):
-    """Write ``report`` as JSON to ``path`` on the controller: a temp file beside it, then a rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, tmp = tempfile.mkstemp(prefix='.gpufleet-drift.', dir=directory)
-    try:
-        with os.fdopen(handle, 'w') as out:
-            json.dump(report, out, indent=2, sort_keys=True)
-            out.write('\n')
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Write ``report`` as JSON to ``path`` on the controller, mode 0644, with the hosts' atomic writer: a temp file
+    beside it created O_EXCL|O_NOFOLLOW, its mode set on the descriptor, renamed into place (a link at ``path`` is
+    replaced, never written through); a failure leaves the old report and no temp file. Links on the way to the
+    report's directory (the operator's choice, on the controller) are followed. Raises HostFileError."""
+    directory, name = os.path.split(os.path.abspath(path))
+    data = (json.dumps(report, indent=2, sort_keys=True) + '\n').encode('utf-8')
+    write_atomic(os.path.join(os.path.realpath(directory), name), data, mode=0o644)
 
 
 class ActionModule(ActionBase):
@@ -52,13 +48,15 @@ class ActionModule(ActionBase):
         states = args.pop('states', None)
         if args:
             raise AnsibleActionFail('drift_report: unknown option(s) %s' % ', '.join(sorted(args)))
+        if not isinstance(errors, dict):
+            raise AnsibleActionFail('drift_report: errors must be a dict of host name to error message')
         if not isinstance(states, dict):
             raise AnsibleActionFail('drift_report: states must be a dict of host name to node_state result (or null)')
         report = drift_report(states, errors)
         if path:
             try:
                 write_report(path, report)
-            except (IOError, OSError) as exc:
-                raise AnsibleActionFail('drift_report: cannot write %s on the controller: %s' % (path, exc))
+            except HostFileError as exc:
+                raise AnsibleActionFail('drift_report: the report on the controller: %s' % exc)
         result.update(changed=False, report=report, table=report['table'], path=path)
         return result

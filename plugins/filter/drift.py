@@ -15,6 +15,9 @@ description:
   - Turns a dict of host name to that host's M(gpufleet.nvidia.node_state) result (null for a host that has none,
     unreachable or failed before it) into the fleet's drift report, one row per host, and a readable table.
   - C(playbooks/drift.yml) writes the report as JSON and prints the table.
+  - Each host's result is untrusted data. A result of the wrong shape gives that host a C(failed) row whose error
+    says its result was malformed, and leaves the other rows alone; every value in the rows and the table has its
+    control characters (newline, carriage return, ANSI escape) escaped, so that one host's row is one line.
 options:
   _input:
     description: Host name to node_state result (or null).
@@ -44,35 +47,98 @@ _value:
   type: dict
 '''
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
+    TEXT, Malformed, describe, expect, printable)
+
 ENGINES = ('containerd', 'crio', 'docker')
 COLUMNS = ('host', 'status', 'init', 'daemon', 'gpus_off', 'engines_off')
 
 
+def _empty_row(host):
+    return {'host': host, 'status': 'unreachable', 'init': 'n/a', 'daemon': 'n/a', 'gpus_off': [], 'engines_off': [],
+            'drifted': [], 'errors': {}}
+
+
+def _text(mapping, key, what):
+    return printable(expect(mapping.get(key, ''), TEXT, '%s.%s' % (what, key), u''))
+
+
+def _texts(mapping, key, what):
+    items = expect(mapping.get(key), list, '%s.%s' % (what, key), [])
+    return [printable(expect(item, TEXT, '%s.%s[]' % (what, key))) for item in items]
+
+
+def _verdicts(state):
+    """Each concern's verdict (converged, failed, result), checked: a host's result is untrusted data."""
+    concerns = expect(state.get('concerns'), dict, 'concerns', {})
+    verdicts = {}
+    for name, verdict in concerns.items():
+        what = 'concerns.%s' % printable(name)
+        verdict = expect(verdict, dict, what, {})
+        verdicts[name] = {'converged': expect(verdict.get('converged', False), bool, what + '.converged'),
+                          'failed': expect(verdict.get('failed', False), bool, what + '.failed'),
+                          'result': expect(verdict.get('result'), dict, what + '.result', {})}
+    return verdicts
+
+
+def _daemon(verdict):
+    result = verdict['result']
+    if verdict['converged']:
+        return ('%s ok' % _text(result, 'daemon', 'persistenced')).strip()
+    if verdict['failed']:
+        return 'error'
+    return ','.join(_texts(result, 'actions', 'persistenced')) or 'drifted'
+
+
+def _gpus_off(result):
+    """The GPUs not in their mode, as ``index:mode->wanted``."""
+    off = []
+    for gpu in expect(result.get('gpus'), list, 'gpu_persistence.gpus', []):
+        gpu = expect(gpu, dict, 'gpu_persistence.gpus[]')
+        if expect(gpu.get('changed', False), bool, 'gpu_persistence.gpus[].changed'):
+            index = expect(gpu.get('index'), (int,) + TEXT, 'gpu_persistence.gpus[].index')
+            off.append('%s:%s->%s' % (printable(index), _text(gpu, 'before', 'gpu'), _text(gpu, 'after', 'gpu')))
+    return off
+
+
+def _state_row(host, state):
+    row = _empty_row(host)
+    state = expect(state, dict, 'the result')
+    verdicts = _verdicts(state)
+    results = dict((name, verdict['result']) for name, verdict in verdicts.items())
+    row['drifted'] = _texts(state, 'drifted', 'result')
+    row['errors'] = dict((printable(name), _text(verdict['result'], 'msg', 'concerns.%s.result' % printable(name)))
+                         for name, verdict in verdicts.items() if verdict['failed'])
+    converged = expect(state.get('converged', False), bool, 'converged')
+    row['status'] = 'failed' if row['errors'] else 'converged' if converged else 'drifted'
+    row['init'] = (_text(results.get('persistenced', {}), 'init_system', 'persistenced')
+                   or _text(results.get('device_links', {}), 'init_system', 'device_links') or 'n/a')
+    if 'persistenced' in verdicts:
+        row['daemon'] = _daemon(verdicts['persistenced'])
+    row['gpus_off'] = _gpus_off(results.get('gpu_persistence', {}))
+    row['engines_off'] = ['%s:%s' % (name, 'error' if verdicts[name]['failed'] else
+                                     _text(results[name], 'action', name))
+                          for name in ENGINES if name in verdicts and not verdicts[name]['converged']]
+    return row
+
+
 def _row(host, state, error):
-    row = {'host': host, 'status': 'unreachable', 'init': 'n/a', 'daemon': 'n/a', 'gpus_off': [], 'engines_off': [],
-           'drifted': [], 'errors': {}}
+    """One host's row. A result of the wrong shape gives the host a failed row saying so; no other row changes."""
+    host = printable(host)
     if state is None:
+        row = _empty_row(host)
         if error:
             row['status'] = 'failed'
-            row['errors'] = {'host': error}
+            row['errors'] = {'host': printable(error) if isinstance(error, TEXT) else
+                             'its failure message was malformed (%s, not a string)' % describe(error)}
         return row
-    concerns = state.get('concerns') or {}
-    results = dict((name, (verdict or {}).get('result') or {}) for name, verdict in concerns.items())
-    row['drifted'] = list(state.get('drifted') or [])
-    row['errors'] = dict((name, results[name].get('msg', '')) for name, verdict in concerns.items()
-                         if verdict.get('failed'))
-    row['status'] = 'failed' if row['errors'] else 'converged' if state.get('converged') else 'drifted'
-    row['init'] = (results.get('persistenced', {}).get('init_system') or results.get('device_links', {}).get(
-        'init_system') or 'n/a')
-    if 'persistenced' in concerns:
-        verdict = concerns['persistenced']
-        row['daemon'] = ('%s ok' % results['persistenced'].get('daemon', '')).strip() if verdict.get('converged') \
-            else 'error' if verdict.get('failed') else ','.join(results['persistenced'].get('actions') or []) or 'drifted'
-    row['gpus_off'] = ['%s:%s->%s' % (gpu.get('index'), gpu.get('before'), gpu.get('after'))
-                       for gpu in results.get('gpu_persistence', {}).get('gpus') or [] if gpu.get('changed')]
-    row['engines_off'] = ['%s:%s' % (name, 'error' if concerns[name].get('failed') else results[name].get('action'))
-                          for name in ENGINES if name in concerns and not concerns[name].get('converged')]
-    return row
+    try:
+        return _state_row(host, state)
+    except Malformed as exc:
+        row = _empty_row(host)
+        row['status'] = 'failed'
+        row['errors'] = {'host': 'its node_state result was malformed (%s); nothing in it was used' % exc}
+        return row
 
 
 def drift_report(states, errors=None):

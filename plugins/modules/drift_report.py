@@ -17,6 +17,8 @@ description:
     from a dict of host name to that host's M(gpufleet.nvidia.node_state) result.
   - Runs on the controller only (an action plugin; nothing runs on any host) and writes the report as JSON to O(path)
     there, atomically. C(playbooks/drift.yml) uses it once per run.
+  - Each host's result is untrusted data. A result of the wrong shape gives that host a C(failed) row saying its
+    result was malformed, the other rows unaffected; every value in RV(table) has its control characters escaped.
 author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -44,7 +46,12 @@ options:
     type: dict
     default: {}
   path:
-    description: Where to write the report as JSON on the controller; omitted writes nothing.
+    description:
+      - Where to write the report as JSON on the controller, mode 0644; omitted writes nothing. A link at this name
+        is replaced, never written through.
+      - A controller path, so take it from the controller's own variables (C(playbooks/drift.yml) reads
+        C(hostvars['localhost'].gpufleet_drift_report)), never from a managed host's variables, since the facts a host
+        returns become its host variables.
     type: path
 seealso:
   - module: gpufleet.nvidia.node_state
@@ -54,7 +61,7 @@ EXAMPLES = r'''
 - name: The fleet's drift report
   gpufleet.nvidia.drift_report:
     states: "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, 'node_result'))) }}"
-    path: /var/tmp/gpufleet-drift.json
+    path: "{{ hostvars['localhost'].drift_report_path | default('/var/tmp/gpufleet-drift.json') }}"
   run_once: true
   register: drift
 '''

@@ -7,6 +7,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
+import yaml
+
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
@@ -25,6 +29,11 @@ class _TemplarWithOmit(Templar):
         value = super(_TemplarWithOmit, self).template(variable, *args, **kwargs)
         return remove_omit(value, OMIT) if isinstance(value, (dict, list)) else value
 
+from ansible_collections.gpufleet.nvidia.plugins.filter.fleet_summary import fleet_summary
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SITE = os.path.join(ROOT, 'playbooks', 'site.yml')
+
 
 def templar(**variables):
     if DATA_TAGGING:
@@ -39,3 +48,16 @@ def trusted_tree(value):
     if isinstance(value, list):
         return [trusted_tree(item) for item in value]
     return trust_as_template(value) if isinstance(value, str) else value
+
+
+def site_summary(hosts, hostvars):
+    """The lines playbooks/site.yml's fleet summary prints for ``hosts`` with these ``hostvars``: the task's
+    variables templated by Ansible, then its filter (called here directly: Ansible's collection loader is set up
+    once per process, and other tests set it up their own way)."""
+    with open(SITE) as handle:
+        task = yaml.safe_load(handle)[-1]['tasks'][0]
+    assert task['ansible.builtin.debug']['msg'] == (
+        '{{ ansible_play_hosts_all | gpufleet.nvidia.fleet_summary(__results, __errors) }}')
+    variables = templar(**dict(trusted_tree(task['vars']), ansible_play_hosts_all=hosts, hostvars=hostvars))
+    return fleet_summary(hosts, variables.template(trust_as_template('{{ __results }}')),
+                         variables.template(trust_as_template('{{ __errors }}')))

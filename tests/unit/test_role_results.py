@@ -18,7 +18,7 @@ import yaml
 
 from core_compat import evaluate_conditional, trust_as_template
 
-from role_templates import templar, trusted_tree
+from role_templates import site_summary, templar, trusted_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INNER = ('persistenced', 'gpu_persistence', 'container_runtime')
@@ -236,9 +236,7 @@ def test_site_playbook_reads_only_public_results():
 
 def summary_line(node):
     """The fleet summary's line for one healthy host whose gpu_node_result is ``node``, split in words."""
-    summary = yaml.safe_load(read('playbooks', 'site.yml'))[-1]['tasks'][0]
-    lines = templar(ansible_play_hosts_all=['h1'], hostvars={'h1': {'gpu_node_result': node}}).template(
-        trust_as_template(summary['ansible.builtin.debug']['msg']))
+    lines = site_summary(['h1'], {'h1': {'gpu_node_result': node}})
     assert len(lines) == 1 and lines[0].startswith('h1 ok found=')
     return lines[0].split()[2:]
 

@@ -7,7 +7,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+import os
+
+import pytest
+
 from ansible_collections.gpufleet.nvidia.plugins.filter.drift import drift_report
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
 
 
 def verdict(result, converged=True, failed=False):
@@ -63,8 +70,6 @@ def test_a_host_without_a_result_and_no_error_is_unreachable():
 
 def test_the_report_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     from ansible_collections.gpufleet.nvidia.plugins.action import drift_report as action
-    import json
-    import os
     path = str(tmp_path / 'drift.json')
     report = drift_report({'h1': CONVERGED})
     action.write_report(path, report)
@@ -74,13 +79,86 @@ def test_the_report_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
     def broken(*args, **kwargs):
         raise IOError(28, 'No space left on device')
-    monkeypatch.setattr(action.json, 'dump', broken)
-    try:
+    monkeypatch.setattr(_host, 'write_all', broken)
+    with pytest.raises(HostFileError, match='drift.json: cannot write: No space left on device'):
         action.write_report(path, drift_report({'h2': DRIFTED}))
-    except IOError:
-        pass
-    else:
-        raise AssertionError('a failed write was not reported')
     # the old report stays, and no temp file is left
     assert json.load(open(path)) == report
     assert os.listdir(str(tmp_path)) == ['drift.json']
+
+
+def test_the_report_replaces_a_link_at_its_name_and_never_writes_through_it(tmp_path):
+    from ansible_collections.gpufleet.nvidia.plugins.action import drift_report as action
+    victim = tmp_path / 'victim'
+    victim.write_text('root only')
+    victim.chmod(0o600)
+    path = tmp_path / 'drift.json'
+    path.symlink_to(victim)
+    action.write_report(str(path), drift_report({'h1': CONVERGED}))
+    assert not path.is_symlink() and json.loads(path.read_text())['hosts'][0]['host'] == 'h1'
+    assert victim.read_text() == 'root only' and oct(victim.stat().st_mode & 0o777) == '0o600'
+
+
+# A host's result is untrusted data: whatever shape it has, the other hosts keep their rows and the table its lines.
+HOSTILE_SHAPES = [
+    'x', ['concerns'], 42,
+    {'concerns': 'x'},
+    {'concerns': ['persistenced']},
+    {'concerns': {'persistenced': 'x'}},
+    {'concerns': {'persistenced': {'result': 'x', 'converged': False}}},
+    {'concerns': {'persistenced': {'result': {'actions': 'start'}, 'converged': False}}},
+    {'concerns': {'persistenced': {'result': {'msg': {'a': 1}}, 'failed': True}}},
+    {'concerns': {'persistenced': {'result': {}, 'converged': 'yes'}}},
+    {'concerns': {'gpu_persistence': {'result': {'gpus': 'x'}}}},
+    {'concerns': {'gpu_persistence': {'result': {'gpus': ['x']}}}},
+    {'concerns': {'gpu_persistence': {'result': {'gpus': [{'index': [0], 'changed': True}]}}}},
+    {'concerns': {'docker': {'result': {'action': ['reload']}, 'converged': False}}},
+    {'drifted': 'persistenced', 'concerns': {}},
+    {'converged': 'no', 'concerns': {}},
+]
+
+
+@pytest.mark.parametrize('hostile', HOSTILE_SHAPES, ids=[repr(shape)[:60] for shape in HOSTILE_SHAPES])
+def test_a_host_result_of_the_wrong_shape_fails_that_host_alone(hostile):
+    report = drift_report({'h1': CONVERGED, 'bad': hostile, 'h2': DRIFTED, 'h4': None}, {'h4': 'unreachable: ssh'})
+    honest = drift_report({'h1': CONVERGED, 'h2': DRIFTED, 'h4': None}, {'h4': 'unreachable: ssh'})
+    rows = dict((row['host'], row) for row in report['hosts'])
+    assert rows['bad']['status'] == 'failed'
+    assert rows['bad']['errors']['host'].startswith('its node_state result was malformed (')
+    assert [row for row in report['hosts'] if row['host'] != 'bad'] == honest['hosts']
+    assert report['counts'] == dict(honest['counts'], failed=honest['counts']['failed'] + 1)
+    assert len(report['table']) == len(honest['table']) + 2  # its row and its error line
+
+
+def test_a_failure_message_that_is_not_text_is_reported_as_malformed():
+    row = drift_report({'h1': None}, {'h1': {'msg': 'x'}})['hosts'][0]
+    assert row['status'] == 'failed'
+    assert row['errors'] == {'host': 'its failure message was malformed (a mapping, not a string)'}
+
+
+FORGED = 'gone\nh0            converged    systemd  driver ok  -  -\r\x1b[2K\x1b[1A\u202e'
+ESCAPED = 'gone\\nh0            converged    systemd  driver ok  -  -\\r\\x1b[2K\\x1b[1A\\u202e'
+
+
+def test_host_text_is_printed_escaped_one_line_per_row():
+    forging = {
+        'converged': False, 'drifted': ['persistenced\nh0 converged'],
+        'concerns': {
+            'persistenced': verdict({'init_system': 'systemd\x1b[31m', 'daemon': 'driver', 'actions': ['start\r']},
+                                    False),
+            'gpu_persistence': verdict({'gpus': [{'index': '0\n', 'before': 'a\x1b', 'after': 'b', 'changed': True}]},
+                                       False),
+            'docker': verdict({'action': 'reload\nh0 converged'}, False),
+            'containerd': verdict({'msg': FORGED}, False, True),
+        }}
+    report = drift_report({'h1': forging, 'h2': None, 'h3': CONVERGED}, {'h2': FORGED})
+    rows = dict((row['host'], row) for row in report['hosts'])
+    assert rows['h1']['init'] == 'systemd\\x1b[31m' and rows['h1']['daemon'] == 'start\\r'
+    assert rows['h1']['gpus_off'] == ['0\\n:a\\x1b->b'] and rows['h1']['drifted'] == ['persistenced\\nh0 converged']
+    assert rows['h1']['engines_off'] == ['containerd:error', 'docker:reload\\nh0 converged']
+    assert rows['h1']['errors'] == {'containerd': ESCAPED} and rows['h2']['errors'] == {'host': ESCAPED}
+    table = report['table']
+    assert len(table) == 1 + 3 + 2
+    assert table[-2:] == ['h1 containerd: ' + ESCAPED, 'h2 host: ' + ESCAPED]
+    for line in table:
+        assert line.isprintable(), line
