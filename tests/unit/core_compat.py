@@ -20,7 +20,7 @@ from ansible.module_utils.common.text.converters import to_bytes
 from ansible.template import Templar
 
 try:
-    from ansible.module_utils.testing import patch_module_args
+    from ansible.module_utils.testing import patch_module_args  # pylint: disable=unused-import
 except ImportError:  # ansible-core 2.18
     @contextlib.contextmanager
     def patch_module_args(args=None):
@@ -36,7 +36,7 @@ except ImportError:  # ansible-core 2.18
             basic._ANSIBLE_ARGS = saved
 
 try:
-    from ansible.template import trust_as_template
+    from ansible.template import trust_as_template  # pylint: disable=unused-import
 except ImportError:  # ansible-core 2.18: every string in a playbook or role is a template
     def trust_as_template(value):
         return value

@@ -375,7 +375,7 @@ def test_verification_tasks_change_nothing_and_fail_only_on_a_failed_run():
     for status in ('ok', 'off', 'check_mode', 'absent', 'not_loaded'):
         outcome['status'] = status
         assert not any(evaluate_conditional(templar(__container_runtime_docker_verification=outcome),
-            trust_as_template(when)) for when in conditions.values())
+                                            trust_as_template(when)) for when in conditions.values())
 
 
 # container_runtime's engines: the list named, auto from container_engines_info, in the role's order.
