@@ -120,12 +120,15 @@ def cri_disabled(values):
 def loads(text, path):
     """The values of TOML ``text``; a DocumentError (the file untouched) when it is not valid TOML."""
     try:
-        return _tomli.loads(text)
+        values = _tomli.loads(text)
     except _tomli.TOMLDecodeError as exc:
         raise DocumentError('%s: not valid TOML (%s); containerd would refuse it too. The file was left untouched.'
                             % (path, exc))
     except ValueError as exc:
         raise DocumentError('%s: not valid TOML (%s). The file was left untouched.' % (path, exc))
+    except RecursionError:
+        raise ts.too_deep(path)
+    return ts.check_depth(values, path)
 
 
 def get(values, path, default=None):
