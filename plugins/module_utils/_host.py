@@ -14,9 +14,14 @@ file root writes could turn that write into a write anywhere, so:
   sticky directory such as /tmp); a symbolic link is followed only when it
   sits in such a directory and is owned by root or us.
 * ``read_file`` opens with O_NOFOLLOW and reads within a size limit.
-* ``write_at`` / ``write_atomic``: a new temp file in the same directory
-  (O_EXCL|O_NOFOLLOW), mode and owner set on its descriptor, fsync, rename,
-  directory fsync; a failure leaves the old file and no temp file.
+* ``check_pattern``: every directory a path pattern (containerd's
+  ``imports``) can match, now or once another user adds a name, is checked
+  the same way.
+* ``write_at`` / ``write_atomic``: a new temp file in the same directory, or
+  in ``private_directory`` (a root-only sibling on the same file system) for a
+  directory an engine reads whole (O_EXCL|O_NOFOLLOW), mode and owner set on
+  its descriptor, fsync, rename, directory fsync; a failure leaves the old
+  file and no temp file.
   ``write_at`` works through a directory descriptor, for directories another
   user owns (the persistence state directory).
 * ``directory_lock`` serialises our writers with a flock on the directory.
@@ -30,6 +35,7 @@ __metaclass__ = type
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import os
 import stat
 import time
@@ -76,14 +82,15 @@ def _split(path):
     return [part for part in path.split('/') if part]
 
 
-def resolve_path(path, reader='the program that reads it'):
+def resolve_path(path, reader='the program that reads it', file_directory=True):
     """Where to write ``path``: its real location, checked to be out of other users' reach.
 
     Returns the real path; trailing components may not exist yet. Raises
     HostFileError when a directory on the way, a link followed or the file's
     directory can be changed by a user other than root or us, and for a
     dangling link (creating its target could write anywhere). ``reader`` names
-    who would be controlled, for the message.
+    who would be controlled, for the message. ``file_directory``: also hold
+    the last directory to ``_check_parent``'s rule (it will hold our temp files).
     """
     absolute = path if path.startswith('/') else os.getcwd() + '/' + path
     pending = _split(absolute)
@@ -113,7 +120,8 @@ def resolve_path(path, reader='the program that reads it'):
                 raise HostFileError('%s: "%s" does not exist and the path goes on with "..": give a plain path.'
                                     % (path, candidate))
             real = os.path.join(candidate, *[part for part in pending if part != '.'])
-            _check_parent(path, real, reader)
+            if file_directory:
+                _check_parent(path, real, reader)
             return real
         if stat.S_ISLNK(st.st_mode):
             problem = untrusted(st)
@@ -141,7 +149,8 @@ def resolve_path(path, reader='the program that reads it'):
                    'Make it owned by root and writable only by root (chown root: %s; chmod go-w %s).'
                    % (candidate, candidate), reader)
         current = candidate
-    _check_parent(path, current, reader)
+    if file_directory:
+        _check_parent(path, current, reader)
     return current
 
 
@@ -157,6 +166,55 @@ def _check_parent(path, real, reader):
         refuse(path, 'the directory %s' % directory, problem,
                'Keep the configuration in a directory only root can write (chown root: %s; chmod 0755 %s).'
                % (directory, directory), reader)
+
+
+def _magic(part):
+    """Whether a path component is a pattern for Go's filepath.Glob (``*``, ``?``, ``[``, ``\\``)."""
+    return any(char in part for char in '*?[\\')
+
+
+def glob_match(name, part):
+    """Go's filepath.Match for one component, near enough: ``[^...]`` is Go's negation, fnmatch's is ``[!...]``."""
+    return fnmatch.fnmatchcase(name, part.replace('[^', '[!'))
+
+
+def check_pattern(pattern, reader='the program that reads it', glob=True):
+    """Refuse a path pattern (absolute) when another user could add a file it matches, now or later.
+
+    Every directory in which a component is looked up must be owned by root
+    or us and writable by nobody else; a sticky directory (/tmp) only on the
+    way to an entry that exists (nobody else can replace it there): anyone
+    who can create a name in such a directory could make the pattern match a
+    file of theirs, today or after this check. Matching directories are
+    followed as ``resolve_path`` follows them. ``glob``: the pattern's
+    components may be patterns (``*``, ``?``, ``[...]``), else all are names.
+    Returns the directories the last component is looked up in.
+    """
+    parts = _split(pattern)
+    frontier = ['/']
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        found = []
+        for directory in frontier:
+            magic = glob and _magic(part)
+            names = sorted(os.listdir(directory)) if magic else [part]
+            present = [name for name in names if (glob_match(name, part) if magic else
+                                                  os.path.lexists(os.path.join(directory, name)))]
+            problem = untrusted(os.lstat(directory), sticky_ok=not magic and bool(present))
+            if problem:
+                refuse(pattern, 'the directory %s' % directory, problem,
+                       'Another user could add a file there that %s would then load. Make it owned by root and '
+                       'writable only by root (chown root: %s; chmod 0755 %s), or import from a directory that is.'
+                       % (reader, directory, directory), reader)
+            if last:
+                continue
+            for name in present:
+                real = resolve_path(os.path.join(directory, name), reader, file_directory=False)
+                if os.path.isdir(real):
+                    found.append(real)
+        if not last:
+            frontier = found
+    return frontier
 
 
 # --------------------------------------------------------------------------
