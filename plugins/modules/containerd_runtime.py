@@ -42,7 +42,7 @@ description:
     containerd's own error (for example the CRI plugin's "invalid plugin config").
   - The same root-only file rules as M(gpufleet.nvidia.docker_runtime) apply to the file and its directories, and to
     every file containerd imports and every directory an C(imports) pattern can match, whether or not it matches a
-    file yet (a stranger's or world-writable directory there is refused: containerd would load what they add). An
+    file yet (a stranger's or world-writable directory there is refused, as containerd would load what they add). An
     C(imports) glob that matches the temp file or backups made beside the file (for example C(*) in its own
     directory) is refused too.
   - Nesting deeper than 64 levels and files over 1 MiB are refused, naming the file.
