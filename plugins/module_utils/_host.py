@@ -382,6 +382,24 @@ def directory_lock(path, timeout=120.0):
         os.close(fd)
 
 
+def open_directory(directory):
+    """A descriptor of ``directory`` itself, never of a link in its place."""
+    return os.open(directory, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC)
+
+
+def fsync_directory(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY | DIRECTORY | CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def private_directory(directory):
     """A root-only (0700) sibling of ``directory`` for its temp files: ``<parent>/.<name>.gpufleet``.
 
@@ -415,24 +433,6 @@ def private_directory(directory):
     finally:
         os.close(fd)
     return path
-
-
-def open_directory(directory):
-    """A descriptor of ``directory`` itself, never of a link in its place."""
-    return os.open(directory, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC)
-
-
-def fsync_directory(directory):
-    try:
-        fd = os.open(directory, os.O_RDONLY | DIRECTORY | CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------
