@@ -30,6 +30,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import posixpath
 import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
@@ -120,12 +121,15 @@ def cri_disabled(values):
 def loads(text, path):
     """The values of TOML ``text``; a DocumentError (the file untouched) when it is not valid TOML."""
     try:
-        return _tomli.loads(text)
+        values = _tomli.loads(text)
     except _tomli.TOMLDecodeError as exc:
         raise DocumentError('%s: not valid TOML (%s); containerd would refuse it too. The file was left untouched.'
                             % (path, exc))
     except ValueError as exc:
         raise DocumentError('%s: not valid TOML (%s). The file was left untouched.' % (path, exc))
+    except RecursionError:
+        raise ts.too_deep(path)
+    return ts.check_depth(values, path)
 
 
 def get(values, path, default=None):
@@ -425,6 +429,37 @@ def plan(config, request, schema, before, dschema):
 # --------------------------------------------------------------------------
 # The effective configuration: what `containerd config dump` says
 # --------------------------------------------------------------------------
+
+def import_patterns(values, source, cwd):
+    """The ``imports`` of a file's ``values`` as containerd resolves them: ``[(absolute pattern, is a glob)]``.
+
+    As containerd (1.6, ``resolveImports``) does: an entry with ``*`` is a glob (``filepath.Glob``, relative to
+    containerd's working directory, here ``cwd``); any other is a file name, relative to the directory of the file
+    ``source`` that names it.
+    """
+    found = []
+    for entry in values.get('imports') or []:
+        if not isinstance(entry, str) or not entry:
+            continue
+        glob = '*' in entry
+        base = cwd if glob else posixpath.dirname(source)
+        found.append((posixpath.normpath(posixpath.join(base, entry)), glob))
+    return found
+
+
+def probe_text(text, path, directory):
+    """``text`` to be read from standard input as if it were the file ``path`` in ``directory``: its relative file
+    imports (not globs) made absolute; every other byte as it is."""
+    values = loads(text, path)
+    imports = values.get('imports')
+    if not isinstance(imports, list) or not any(
+            isinstance(entry, str) and '*' not in entry and not entry.startswith('/') for entry in imports):
+        return text
+    entry = ts.scan(text, path).entry(('imports',))
+    fixed = [posixpath.normpath(posixpath.join(directory, item))
+             if isinstance(item, str) and '*' not in item and not item.startswith('/') else item for item in imports]
+    return text[:entry.value_start] + '[%s]' % ', '.join(ts.string(item) for item in fixed) + text[entry.value_end:]
+
 
 def imported_cri(imports, main_path, schema):
     """The imported files (``{path: values}``) that set the CRI table, which containerd 1.x takes whole."""

@@ -8,12 +8,14 @@ at any time. It holds no AnsibleModule so that pytest can drive it directly.
 
 ``Converge.run`` reads the file once, asks the installed containerd for its
 version and the effective configuration (``containerd config dump``), plans
-the new text (``_containerd``), dumps the new text from a temp file beside
-the real one and refuses it unless the effective configuration differs
-only by what was asked, decides, writes once, then ``Applier`` restarts
-containerd (it has no reload), checks that it came back with the CRI plugin
-loaded, and on failure restores the file, restarts containerd with it and
-fails with containerd's own error.
+the new text (``_containerd``), dumps the new text given on containerd's
+standard input (no file is written for it, in check mode or not) and
+refuses it unless the effective configuration differs only by what was
+asked, decides, writes once, then ``Applier`` restarts containerd (it has
+no reload), checks that it came back with the CRI plugin loaded, and on
+failure restores the file, restarts containerd with it and fails with
+containerd's own error. Every file containerd imports, and every directory
+its ``imports`` patterns can match, must be out of other users' reach.
 
 What the running containerd started with: a process that started after the
 last change (ctime, which no user can set back) of every file it loads runs
@@ -103,6 +105,15 @@ class Tools(object):
             DUMPS[key] = copy.deepcopy(answer)
         return answer
 
+    def dump_text(self, text):
+        """``(values, None)`` of ``containerd --config /dev/stdin config dump`` with ``text`` on its standard input,
+        or ``(None, containerd's error)``: the effective configuration of a text that is written nowhere."""
+        argv = [self.containerd, '--config', '/dev/stdin', 'config', 'dump']
+        rc, out, err = self.run(argv, data=text)
+        if rc != 0:
+            return None, (err or out or 'exit status %s' % rc).strip()
+        return cd.loads(out, '`%s`' % ' '.join(argv)), None
+
     def plugins(self, address):
         """``{plugin id: status}`` from ``ctr plugins ls``, or None when containerd does not answer."""
         rc, out, err = self.run([self.ctr, '--address', address, '--timeout', '5s', 'plugins', 'ls'])
@@ -190,7 +201,7 @@ class Converge(object):
                 raise DocumentError('%s: containerd already refuses this file, nothing was changed: %s'
                                     % (request.path, error))
             loaded = [path for path in before.get('imports') or [] if path]
-            self.check_imports(real, loaded, version)
+            self.check_imports(real, config, loaded, version)
             self.report_runtimes(before, dschema)
             if not current.exists and request.state == 'absent':
                 result['msg'] = '%s does not exist; nothing to remove' % request.path
@@ -227,10 +238,11 @@ class Converge(object):
             result['msg'] = message(result, stale, check_mode)
             return result
 
-    def check_imports(self, real, loaded, version):
-        """containerd 1.x takes an imported CRI table whole: an insertion in the main file would not count."""
-        if not version or version[0] >= 2:
-            return
+    def check_imports(self, real, config, loaded, version):
+        """The files containerd imports, and every directory its ``imports`` patterns can match, out of other users'
+        reach (a pattern that matches nothing yet included, on every containerd version); none of the patterns may
+        match the temp files and backups made beside ``real``; containerd 1.x takes an imported CRI table whole,
+        so an insertion in the main file would not count."""
         imports = {}
         for path in loaded:
             if os.path.realpath(path) == os.path.realpath(real):
@@ -239,6 +251,14 @@ class Converge(object):
                                        reader='containerd')
             if imported.exists:
                 imports[path] = cd.loads(imported.text, path)
+        naming = [(real, config.values)] + sorted(imports.items())
+        for source, values in naming:
+            for pattern, glob in cd.import_patterns(values, source, os.getcwd()):
+                for directory in _host.check_pattern(pattern, reader='containerd', glob=glob):
+                    if glob and os.path.realpath(directory) == os.path.dirname(real):
+                        self.check_not_ours(pattern, real)
+        if not version or version[0] >= 2:
+            return
         for path in sorted(imports):
             for schema in (cd.SCHEMAS[1], cd.SCHEMAS[2]):
                 if cd.get(imports[path], schema.cri) is not None:
@@ -249,31 +269,24 @@ class Converge(object):
                         % (self.request.path, path, cd.ts.dotted(schema.cri), '.'.join(map(str, version)), path,
                            self.request.path))
 
+    def check_not_ours(self, pattern, real):
+        """An imports glob in the config's own directory must not match the temp files and backups made there."""
+        ours = ('%s0123456789ab.tmp' % _host.temp_prefix(real),
+                '%s.1234.2024-01-01@00:00:00~' % os.path.basename(real))
+        for name in ours:
+            if _host.glob_match(name, os.path.basename(pattern)):
+                raise DocumentError('%s: its imports pattern "%s" also matches %s, where this module makes its temp '
+                                    'file and backups (%s): containerd would load them. Nothing was changed; '
+                                    'narrow the pattern (for example *.toml) or keep the imported files in a '
+                                    'directory of their own.' % (self.request.path, pattern, os.path.dirname(real),
+                                                                 name))
+
     def check_effective(self, real, text, before, dschema):
-        """Dump the planned text from a temp file beside the real one: only the runtime (and default) may change."""
-        directory = os.path.dirname(real)
-        probe = os.path.join(directory, '%sprobe-%s.tmp' % (_host.temp_prefix(real), os.urandom(4).hex()))
-        if not os.path.isdir(directory):
-            directory = None
-        try:
-            if directory is not None:
-                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _host.NOFOLLOW | _host.CLOEXEC, 0o600)
-                try:
-                    _host.write_all(fd, text.encode('utf-8'))
-                finally:
-                    os.close(fd)
-                after, error = self.tools.dump(probe)
-            else:
-                after, error = None, 'no directory to probe in (check mode before it is created)'
-        finally:
-            if directory is not None:
-                try:
-                    os.unlink(probe)
-                except OSError:
-                    pass
+        """Dump the planned text, given on standard input (written nowhere): only the runtime (and default) may
+        change. Its relative imports are made absolute first: containerd resolves them against the file's own
+        directory."""
+        after, error = self.tools.dump_text(cd.probe_text(text, self.request.path, os.path.dirname(real)))
         if after is None:
-            if directory is None:
-                return None
             raise DocumentError('%s: containerd refuses the planned file, which was not written: %s'
                                 % (self.request.path, error))
         request = self.request
@@ -292,9 +305,6 @@ class Converge(object):
 
     def report_runtimes(self, effective, dschema):
         """The runtimes and default runtime of the effective configuration (the planned one when it changes)."""
-        if effective is None:  # check mode, before the directory exists: nothing could be dumped
-            self.result.update(runtimes=None, default_runtime=None)
-            return
         runtimes = cd.get(effective, dschema.runtimes) or {}
         self.result.update(runtimes=sorted(runtimes) if isinstance(runtimes, dict) else None,
                            default_runtime=cd.get(effective, dschema.containerd + ('default_runtime_name',)))

@@ -90,12 +90,15 @@ def walk_order(paths):
 def loads(text, path):
     """The values of TOML ``text``; a DocumentError (nothing changed) when it is not valid TOML."""
     try:
-        return _tomli.loads(text)
+        values = _tomli.loads(text)
     except _tomli.TOMLDecodeError as exc:
         raise DocumentError('%s: not valid TOML (%s); CRI-O would refuse to start with it. Nothing was changed.'
                             % (path, exc))
     except ValueError as exc:
         raise DocumentError('%s: not valid TOML (%s). Nothing was changed.' % (path, exc))
+    except RecursionError:
+        raise ts.too_deep(path)
+    return ts.check_depth(values, path)
 
 
 def get(values, path, default=None):

@@ -125,6 +125,7 @@ def list_dropins(directory, limit=MAX_DROPINS):
 def read_sources(request):
     """The files CRI-O reads, in its order, as ``_crio.Source``; ``(sources, our HostFile)``."""
     sources = []
+    own = _host.resolve_path(request.path, reader='crio')
     main_real = _host.resolve_path(request.config_path, reader='crio')
     main = _host.read_file(request.config_path, main_real, cr.MAX_CONFIG_BYTES, reader='crio')
     if main.exists:
@@ -133,6 +134,8 @@ def read_sources(request):
     real_dir = _host.resolve_path(request.config_dir, reader='crio')
     if os.path.isdir(real_dir):
         for path in list_dropins(real_dir):
+            if os.path.dirname(path) == os.path.dirname(own) and _host.is_temp_of(os.path.basename(path), own):
+                continue  # an earlier version's temp file, left by a killed run: removed before writing
             shown = os.path.join(request.config_dir, os.path.relpath(path, real_dir))
             current = _host.read_file(shown, path, cr.MAX_CONFIG_BYTES, reader='crio')
             if not current.exists:
@@ -146,21 +149,9 @@ def read_sources(request):
 
 
 def backup_outside(directory):
-    """``backup(real) -> name`` that keeps the copy out of the drop-in directory (CRI-O reads every file there)."""
-    def backup(real):
-        made = _host.backup_copy(real)
-        moved = os.path.join(directory, os.path.basename(made))
-        try:
-            os.rename(made, moved)
-        except OSError as exc:
-            try:
-                os.unlink(made)
-            except OSError:
-                pass
-            raise HostFileError('%s: cannot move the backup to %s: %s. Nothing was changed.'
-                                % (real, directory, exc.strerror))
-        return moved
-    return backup
+    """``backup(real) -> name`` that makes the copy in ``directory``, never in the drop-in directory (CRI-O reads
+    every file there, a partial copy included)."""
+    return lambda real: _host.backup_copy(real, directory=directory)
 
 
 class Result(dict):
@@ -215,6 +206,8 @@ class Converge(object):
         if not check_mode and request.state == 'present' and _host.ensure_directory(real):
             result['changed'] = True
         with _host.directory_lock(real):
+            if not check_mode:
+                _host.remove_stale_temps(real)  # an earlier version made its temp files in the drop-in directory
             sources, current = read_sources(request)
             if current is None:
                 current = _host.HostFile(False, real, '', None)
@@ -250,14 +243,16 @@ class Converge(object):
             if action in ('reload', 'restart'):
                 result['changed'] = True
             if not check_mode:
-                self.write(real, current, text)
+                self.write(real, real_dir, current, text)
                 if action in ('reload', 'restart'):
-                    Applier(request, self.service, real, current, self.label, self.poll, self.settle).apply(action, pid)
+                    Applier(request, self.service, real, current, self.label, self.poll, self.settle,
+                            real_dir).apply(action, pid)
             result['crio_pid_after'] = pid if check_mode else self.service.pid()
             result['msg'] = message(result, stale, check_mode, request.apply)
             return result
 
-    def write(self, real, current, text):
+    def write(self, real, real_dir, current, text):
+        """The drop-in written (its temp file out of the drop-in directory, which CRI-O reads whole) or removed."""
         if text is None:
             if current.exists:
                 remove(real)
@@ -265,7 +260,8 @@ class Converge(object):
         backup = self.backup
         if backup and self.backup_dir:
             backup = backup_outside(self.backup_dir)
-        self.result['backup_file'] = _host.replace_config(real, text, current, backup, self.label)
+        temp_dir = _host.private_directory(real_dir) if text != current.text else None
+        self.result['backup_file'] = _host.replace_config(real, text, current, backup, self.label, temp_dir)
 
 
 def remove(real):
@@ -301,8 +297,9 @@ def message(result, stale, predicted, apply='auto'):
 class Applier(object):
     """Reloads or restarts CRI-O on the new file; restores the file and CRI-O when that fails."""
 
-    def __init__(self, request, service, real, previous, label, poll, settle=2.0):
+    def __init__(self, request, service, real, previous, label, poll, settle=2.0, real_dir=None):
         self.request = request
+        self.real_dir = real_dir if real_dir is not None else os.path.dirname(real)
         self.service = service
         self.real = real
         self.previous = previous
@@ -314,7 +311,8 @@ class Applier(object):
         if not self.previous.exists:
             remove(self.real)
             return
-        _host.write_atomic(self.real, self.previous.text.encode('utf-8'), like=self.previous.stat, label=self.label)
+        _host.write_atomic(self.real, self.previous.text.encode('utf-8'), like=self.previous.stat, label=self.label,
+                           temp_dir=_host.private_directory(self.real_dir))
 
     def wait_restart(self, pid_before):
         """``(True, None)`` once a new crio runs and stays up ``settle`` seconds, else ``(False, why)``."""

@@ -14,9 +14,14 @@ file root writes could turn that write into a write anywhere, so:
   sticky directory such as /tmp); a symbolic link is followed only when it
   sits in such a directory and is owned by root or us.
 * ``read_file`` opens with O_NOFOLLOW and reads within a size limit.
-* ``write_at`` / ``write_atomic``: a new temp file in the same directory
-  (O_EXCL|O_NOFOLLOW), mode and owner set on its descriptor, fsync, rename,
-  directory fsync; a failure leaves the old file and no temp file.
+* ``check_pattern``: every directory a path pattern (containerd's
+  ``imports``) can match, now or once another user adds a name, is checked
+  the same way.
+* ``write_at`` / ``write_atomic``: a new temp file in the same directory, or
+  in ``private_directory`` (a root-only sibling on the same file system) for a
+  directory an engine reads whole (O_EXCL|O_NOFOLLOW), mode and owner set on
+  its descriptor, fsync, rename, directory fsync; a failure leaves the old
+  file and no temp file.
   ``write_at`` works through a directory descriptor, for directories another
   user owns (the persistence state directory).
 * ``directory_lock`` serialises our writers with a flock on the directory.
@@ -30,6 +35,7 @@ __metaclass__ = type
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import os
 import stat
 import time
@@ -44,6 +50,7 @@ CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
 DIRECTORY = getattr(os, 'O_DIRECTORY', 0)
 NONBLOCK = getattr(os, 'O_NONBLOCK', 0)
 _TEMP_SUFFIX = '.tmp'
+PRIVATE_SUFFIX = '.gpufleet'
 
 
 # --------------------------------------------------------------------------
@@ -75,14 +82,15 @@ def _split(path):
     return [part for part in path.split('/') if part]
 
 
-def resolve_path(path, reader='the program that reads it'):
+def resolve_path(path, reader='the program that reads it', file_directory=True):
     """Where to write ``path``: its real location, checked to be out of other users' reach.
 
     Returns the real path; trailing components may not exist yet. Raises
     HostFileError when a directory on the way, a link followed or the file's
     directory can be changed by a user other than root or us, and for a
     dangling link (creating its target could write anywhere). ``reader`` names
-    who would be controlled, for the message.
+    who would be controlled, for the message. ``file_directory``: also hold
+    the last directory to ``_check_parent``'s rule (it will hold our temp files).
     """
     absolute = path if path.startswith('/') else os.getcwd() + '/' + path
     pending = _split(absolute)
@@ -112,7 +120,8 @@ def resolve_path(path, reader='the program that reads it'):
                 raise HostFileError('%s: "%s" does not exist and the path goes on with "..": give a plain path.'
                                     % (path, candidate))
             real = os.path.join(candidate, *[part for part in pending if part != '.'])
-            _check_parent(path, real, reader)
+            if file_directory:
+                _check_parent(path, real, reader)
             return real
         if stat.S_ISLNK(st.st_mode):
             problem = untrusted(st)
@@ -140,7 +149,8 @@ def resolve_path(path, reader='the program that reads it'):
                    'Make it owned by root and writable only by root (chown root: %s; chmod go-w %s).'
                    % (candidate, candidate), reader)
         current = candidate
-    _check_parent(path, current, reader)
+    if file_directory:
+        _check_parent(path, current, reader)
     return current
 
 
@@ -156,6 +166,55 @@ def _check_parent(path, real, reader):
         refuse(path, 'the directory %s' % directory, problem,
                'Keep the configuration in a directory only root can write (chown root: %s; chmod 0755 %s).'
                % (directory, directory), reader)
+
+
+def _magic(part):
+    """Whether a path component is a pattern for Go's filepath.Glob (``*``, ``?``, ``[``, ``\\``)."""
+    return any(char in part for char in '*?[\\')
+
+
+def glob_match(name, part):
+    """Go's filepath.Match for one component, near enough: ``[^...]`` is Go's negation, fnmatch's is ``[!...]``."""
+    return fnmatch.fnmatchcase(name, part.replace('[^', '[!'))
+
+
+def check_pattern(pattern, reader='the program that reads it', glob=True):
+    """Refuse a path pattern (absolute) when another user could add a file it matches, now or later.
+
+    Every directory in which a component is looked up must be owned by root
+    or us and writable by nobody else; a sticky directory (/tmp) only on the
+    way to an entry that exists (nobody else can replace it there): anyone
+    who can create a name in such a directory could make the pattern match a
+    file of theirs, today or after this check. Matching directories are
+    followed as ``resolve_path`` follows them. ``glob``: the pattern's
+    components may be patterns (``*``, ``?``, ``[...]``), else all are names.
+    Returns the directories the last component is looked up in.
+    """
+    parts = _split(pattern)
+    frontier = ['/']
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        found = []
+        for directory in frontier:
+            magic = glob and _magic(part)
+            names = sorted(os.listdir(directory)) if magic else [part]
+            present = [name for name in names if (glob_match(name, part) if magic else
+                                                  os.path.lexists(os.path.join(directory, name)))]
+            problem = untrusted(os.lstat(directory), sticky_ok=not magic and bool(present))
+            if problem:
+                refuse(pattern, 'the directory %s' % directory, problem,
+                       'Another user could add a file there that %s would then load. Make it owned by root and '
+                       'writable only by root (chown root: %s; chmod 0755 %s), or import from a directory that is.'
+                       % (reader, directory, directory), reader)
+            if last:
+                continue
+            for name in present:
+                real = resolve_path(os.path.join(directory, name), reader, file_directory=False)
+                if os.path.isdir(real):
+                    found.append(real)
+        if not last:
+            frontier = found
+    return frontier
 
 
 # --------------------------------------------------------------------------
@@ -341,6 +400,41 @@ def fsync_directory(directory):
         os.close(fd)
 
 
+def private_directory(directory):
+    """A root-only (0700) sibling of ``directory`` for its temp files: ``<parent>/.<name>.gpufleet``.
+
+    For a directory an engine reads whole (CRI-O's ``crio.conf.d``): no temp
+    file ever sits in it, and a killed run's leftover is in a place no engine
+    reads (the next run removes it). Created when missing; it must be ours,
+    writable by nobody else, and on the same file system as ``directory`` (a
+    rename is atomic only within one). Returns its path.
+    """
+    directory = directory.rstrip('/') or '/'
+    path = os.path.join(os.path.dirname(directory), '.%s%s' % (os.path.basename(directory), PRIVATE_SUFFIX))
+    try:
+        os.mkdir(path, 0o700)
+    except OSError as exc:
+        if exc.errno != errno.EEXIST:
+            raise write_failed(path, exc, 'create the directory for temp files')
+    try:
+        fd = open_directory(path)
+    except OSError as exc:
+        raise HostFileError('%s: cannot use it for temp files (%s); remove it and run again. Nothing was changed.'
+                            % (path, exc.strerror))
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+            refuse(path, 'the directory %s' % path, untrusted(st) or 'is open to other users (mode %04o)'
+                   % stat.S_IMODE(st.st_mode), 'Remove it; the next run creates it again, owned by root, mode 0700.')
+        if st.st_dev != os.stat(directory).st_dev:
+            raise HostFileError('%s is on another file system than %s, so a file cannot be moved from one to the '
+                                'other atomically. Nothing was changed; keep %s on the file system of its parent.'
+                                % (path, directory, directory))
+    finally:
+        os.close(fd)
+    return path
+
+
 # --------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------
@@ -363,22 +457,29 @@ def write_all(fd, data):
         view = view[written:]
 
 
-def write_at(dfd, name, data, mode, owner=None, owner_required=True, label=None):
+def is_temp_of(name, path):
+    """Whether the directory entry ``name`` is one of our temp files for ``path``."""
+    return name.startswith(temp_prefix(path)) and name.endswith(_TEMP_SUFFIX)
+
+
+def write_at(dfd, name, data, mode, owner=None, owner_required=True, label=None, temp_dfd=None):
     """Replace ``name`` in the directory ``dfd`` with ``data`` (bytes), atomically.
 
-    A fresh temp file (O_EXCL|O_NOFOLLOW, mode 0600) gets ``data``, then
+    A fresh temp file (O_EXCL|O_NOFOLLOW, mode 0600; in ``temp_dfd`` when
+    given, a directory on the same file system) gets ``data``, then
     ``owner`` (uid, gid; an EPERM is ignored unless ``owner_required``) and
     ``mode`` through its descriptor, fsync, ``label(temp_name)`` (e.g. copy an
-    SELinux label), a rename within ``dfd`` and an fsync of ``dfd``. Raises
+    SELinux label), a rename into ``dfd`` and an fsync of ``dfd``. Raises
     OSError; the old file is then as it was and no temp file is left.
     """
     tmp = None
     fd = None
+    temp_dfd = dfd if temp_dfd is None else temp_dfd
     try:
         for _attempt in range(100):
             candidate = '%s%s%s' % (temp_prefix(name), os.urandom(6).hex(), _TEMP_SUFFIX)
             try:
-                fd = create_new_at(dfd, candidate, 0o600)
+                fd = create_new_at(temp_dfd, candidate, 0o600)
             except OSError as exc:
                 if exc.errno == errno.EEXIST:
                     continue
@@ -400,7 +501,7 @@ def write_at(dfd, name, data, mode, owner=None, owner_required=True, label=None)
         fd = None
         if label is not None:
             label(tmp)
-        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.rename(tmp, name, src_dir_fd=temp_dfd, dst_dir_fd=dfd)
         tmp = None
         os.fsync(dfd)
     finally:
@@ -408,7 +509,7 @@ def write_at(dfd, name, data, mode, owner=None, owner_required=True, label=None)
             os.close(fd)
         if tmp is not None:
             try:
-                os.unlink(tmp, dir_fd=dfd)
+                os.unlink(tmp, dir_fd=temp_dfd)
             except OSError:
                 pass
 
@@ -427,8 +528,11 @@ def write_failed(path, exc, what='write'):
                          % (path, what, reason, ' (%s)' % hint if hint and hint != reason.lower() else ''))
 
 
-def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None):
+def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None, temp_dir=None):
     """Write ``data`` (bytes) to ``path`` (a resolved path in a directory only root or we can write).
+
+    The temp file is made beside ``path``, or in ``temp_dir`` (``private_directory``) when the directory is one
+    an engine reads whole.
 
     Mode and owner: ``mode`` when given (owned by us), else those of ``like``
     (the existing file's stat; by default an ``lstat`` of ``path``), else
@@ -450,38 +554,49 @@ def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None):
             mode = new_mode
         else:
             mode, owner = stat.S_IMODE(like.st_mode), (like.st_uid, like.st_gid)
+    temp_dir = directory if temp_dir is None else temp_dir
     try:
         dfd = open_directory(directory)
     except OSError as exc:
         raise write_failed(path, exc, 'open the directory %s' % directory)
     try:
-        write_at(dfd, os.path.basename(path), data, mode, owner=owner, owner_required=False,
-                 label=None if label is None else (lambda tmp: label(os.path.join(directory, tmp), path)))
+        temp_dfd = open_directory(temp_dir) if temp_dir != directory else dfd
+    except OSError as exc:
+        os.close(dfd)
+        raise write_failed(path, exc, 'open the directory %s' % temp_dir)
+    try:
+        write_at(dfd, os.path.basename(path), data, mode, owner=owner, owner_required=False, temp_dfd=temp_dfd,
+                 label=None if label is None else (lambda tmp: label(os.path.join(temp_dir, tmp), path)))
     except HostFileError:
         raise
     except Exception as exc:
         raise write_failed(path, exc)
     finally:
+        if temp_dfd != dfd:
+            os.close(temp_dfd)
         os.close(dfd)
 
 
-def replace_config(real, text, current, backup=None, label=None):
+def replace_config(real, text, current, backup=None, label=None, temp_dir=None):
     """Write ``text`` over the configuration file ``current`` (a HostFile read from ``real``), unless it is the same.
 
     Temp files a killed writer left are removed first (call with the
-    directory lock held). ``backup``: True (``backup_copy``) or ``backup(real)
+    directory lock held); ``temp_dir``: where the temp file is made (see
+    ``write_atomic``). ``backup``: True (``backup_copy``) or ``backup(real)
     -> name``, made only of a file that exists and removed again when the write
     fails. Returns the backup's name or None. Raises HostFileError; the file is
     then as it was.
     """
     remove_stale_temps(real)
+    if temp_dir is not None:
+        remove_stale_temps(real, temp_dir)
     if text == current.text:
         return None
     if backup is True or (backup is not None and not callable(backup)):
         backup = backup_copy
     made = backup(real) if backup is not None and current.exists else None
     try:
-        write_atomic(real, text.encode('utf-8'), like=current.stat, label=label)
+        write_atomic(real, text.encode('utf-8'), like=current.stat, label=label, temp_dir=temp_dir)
     except HostFileError:
         if made:  # a copy of a file that did not change: not worth keeping
             try:
@@ -492,17 +607,16 @@ def replace_config(real, text, current, backup=None, label=None):
     return made
 
 
-def remove_stale_temps(path):
-    """Remove temp files a killed writer left next to ``path``; call with the directory lock held."""
-    directory = os.path.dirname(os.path.abspath(path))
-    prefix = temp_prefix(path)
+def remove_stale_temps(path, directory=None):
+    """Remove temp files a killed writer left for ``path`` (beside it, or in ``directory``); call with the lock held."""
+    directory = os.path.dirname(os.path.abspath(path)) if directory is None else directory
     removed = []
     try:
         entries = os.listdir(directory)
     except OSError:
         return removed
     for entry in entries:
-        if entry.startswith(prefix) and entry.endswith(_TEMP_SUFFIX):
+        if is_temp_of(entry, path):
             try:
                 os.unlink(os.path.join(directory, entry))  # unlink never follows a link
                 removed.append(entry)
@@ -511,14 +625,17 @@ def remove_stale_temps(path):
     return removed
 
 
-def backup_copy(path, like=None):
+def backup_copy(path, like=None, directory=None):
     """Copy ``path`` (a resolved path) to ``path.PID.YYYY-MM-DD@HH:MM:SS~``; returns the copy's name.
 
-    The name is Ansible's ``backup_local`` one; the copy is a new file
+    ``directory``: where the copy is made instead of beside ``path`` (out of a
+    directory an engine reads whole). The name is Ansible's ``backup_local``
+    one; the copy is a new file
     (O_EXCL|O_NOFOLLOW) with the original's mode and owner set on its
     descriptor. A failure removes the partial copy and names the file.
     """
-    name = '%s.%s.%s' % (path, os.getpid(), time.strftime('%Y-%m-%d@%H:%M:%S~', time.localtime()))
+    name = '%s.%s.%s' % (path if directory is None else os.path.join(directory, os.path.basename(path)),
+                         os.getpid(), time.strftime('%Y-%m-%d@%H:%M:%S~', time.localtime()))
     try:
         source = os.open(path, os.O_RDONLY | NOFOLLOW | CLOEXEC)
     except OSError as exc:

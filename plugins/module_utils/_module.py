@@ -18,9 +18,11 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import Gpu
 
 
 def runner(module):
-    """``run(argv) -> (rc, out, err)`` on the host, in the C locale (the messages we parse are English)."""
-    def run(argv):
-        return module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
+    """``run(argv, data=None) -> (rc, out, err)`` on the host, in the C locale (the messages we parse are English);
+    ``data``: text for the command's standard input."""
+    def run(argv, data=None):
+        extra = {} if data is None else {'data': data}
+        return module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'}, **extra)
     return run
 
 

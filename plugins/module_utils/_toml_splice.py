@@ -19,6 +19,11 @@ DocumentError, anything it cannot place.
 The edits (``Splice``) insert lines, replace a value or remove a span, and
 write new lines with the document's own line ending (LF or CRLF): comments,
 key order, quoting, indentation and every other line stay as they were.
+
+Nesting deeper than ``MAX_DEPTH`` (arrays, inline tables, tables) is refused
+with a DocumentError naming the file: a configuration file is a few levels
+deep, and no reader here recurses without bound. Every step is linear in the
+document's size.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -29,6 +34,7 @@ import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
 
+MAX_DEPTH = 64
 _BARE = re.compile(r'[A-Za-z0-9_-]+')
 _ESCAPES = {'b': '\b', 't': '\t', 'n': '\n', 'f': '\f', 'r': '\r', 'e': '\x1b', '"': '"', '\\': '\\'}
 
@@ -100,11 +106,12 @@ class Document(object):
     def table_end(self, header):
         """Where the lines of ``header``'s own keys end (after its last entry, else after the header)."""
         end = header.end
+        nxt = self.next_header_start(header)
         for entry in self.entries:
+            if nxt is not None and entry.start >= nxt:
+                break
             if entry.start >= header.end and entry.table == header.path:
-                nxt = self.next_header_start(header)
-                if nxt is None or entry.start < nxt:
-                    end = max(end, entry.end)
+                end = max(end, entry.end)
         return end
 
     def next_header_start(self, header):
@@ -228,8 +235,8 @@ class _Scanner(object):
             self.pos += 1
 
     # ---- values -----------------------------------------------------------------
-    def value(self):
-        """Skip one value at pos; returns its end."""
+    def value(self, depth=1):
+        """Skip one value at pos (``depth``: how many arrays and inline tables hold it); returns its end."""
         text = self.text
         if text.startswith('"""', self.pos) or text.startswith("'''", self.pos):
             quote = text[self.pos:self.pos + 3]
@@ -260,6 +267,9 @@ class _Scanner(object):
             self.literal_string()
             return self.pos
         if char in '[{':
+            if depth > MAX_DEPTH:
+                self.fail('a value nested deeper than %d levels (a configuration file is a few levels deep)'
+                          % MAX_DEPTH)
             closer = ']' if char == '[' else '}'
             self.pos += 1
             while True:
@@ -279,7 +289,7 @@ class _Scanner(object):
                         self.fail('an inline table member')
                     self.pos += 1
                     self.skip_blank()
-                self.value()
+                self.value(depth + 1)
         match = re.compile(r'[^\s,\]\}#]+(?: [0-9:.+Z-]+)?').match(text, self.pos)  # numbers, bools, dates
         if not match:
             self.fail('a value')
@@ -304,6 +314,9 @@ def scan(text, name='the document'):
             array = text.startswith('[[', scanner.pos)
             scanner.pos += 2 if array else 1
             path = scanner.key()
+            if len(path) > MAX_DEPTH:
+                scanner.fail('a table nested deeper than %d levels (a configuration file is a few levels deep)'
+                             % MAX_DEPTH, start)
             closer = ']]' if array else ']'
             if not text.startswith(closer, scanner.pos):
                 scanner.fail('a table header')
@@ -313,6 +326,9 @@ def scan(text, name='the document'):
             table = path
             continue
         key = scanner.key()
+        if len(table + key) > MAX_DEPTH:
+            scanner.fail('a key nested deeper than %d levels (a configuration file is a few levels deep)'
+                         % MAX_DEPTH, start)
         scanner.skip_blank()
         if scanner.peek() != '=':
             scanner.fail('a key/value line')
@@ -324,6 +340,25 @@ def scan(text, name='the document'):
         entries.append(Entry(table, key, start, value_start, value_end, end, indent))
     newline = '\r\n' if '\r\n' in text else '\n'
     return Document(text, headers, entries, newline)
+
+
+def check_depth(values, name):
+    """Refuse parsed TOML ``values`` nested deeper than MAX_DEPTH, naming the file ``name`` (no recursion)."""
+    pending = [(values, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise DocumentError('%s: TOML nested deeper than %d levels; a configuration file is a few levels deep. '
+                                'Fix the file by hand; it was left untouched.' % (name, MAX_DEPTH))
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return values
+
+
+def too_deep(name):
+    """The error for a document a parser could not read without recursing past Python's limit."""
+    return DocumentError('%s: TOML nested too deeply to read (more than %d levels is refused); a configuration file '
+                         'is a few levels deep. Fix the file by hand; it was left untouched.' % (name, MAX_DEPTH))
 
 
 # --------------------------------------------------------------------------

@@ -27,9 +27,11 @@ description:
   - The runtime inherits the default runtime's C(SystemdCgroup) (the kubelet's cgroup driver must match). When the file
     defines no runtime at all, the block also carries containerd's default runtimes (C(runc)) as containerd reports
     them; defining one runtime replaces containerd's defaults, and the CRI plugin fails when its default runtime is gone.
-  - B(Checked with containerd itself before writing.) The planned file is written to a temporary file beside the real
-    one and C(containerd config dump) must show the same effective configuration as before except the runtime (and
-    C(default_runtime_name) when asked); otherwise nothing is written. Invalid TOML, a runtime of that name already
+  - B(Checked with containerd itself before writing.) The planned text is given to C(containerd --config /dev/stdin
+    config dump) on its standard input (no file is written for it, in check mode or not; relative file imports are
+    made absolute for it, as containerd resolves them against the file's directory), and it must show the same
+    effective configuration as before except the runtime (and C(default_runtime_name) when asked); otherwise nothing
+    is written. Invalid TOML, a runtime of that name already
     defined differently, a C(runtimes) table written inline, or (containerd 1.x) an imported file that carries the CRI
     table make the module fail with the file untouched.
   - B(Apply.) containerd has no reload; it is restarted through the init system, only when the effective configuration
@@ -38,7 +40,12 @@ description:
     (their shims are separate processes). containerd must come back, answer on its socket and load the CRI plugin if
     it had it before; otherwise the previous file is restored, containerd restarted with it, and the module fails with
     containerd's own error (for example the CRI plugin's "invalid plugin config").
-  - The same root-only file rules as M(gpufleet.nvidia.docker_runtime) apply to the file and its directories.
+  - The same root-only file rules as M(gpufleet.nvidia.docker_runtime) apply to the file and its directories, and to
+    every file containerd imports and every directory an C(imports) pattern can match, whether or not it matches a
+    file yet (a stranger's or world-writable directory there is refused, as containerd would load what they add). An
+    C(imports) glob that matches the temp file or backups made beside the file (for example C(*) in its own
+    directory) is refused too.
+  - Nesting deeper than 64 levels and files over 1 MiB are refused, naming the file.
 author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -179,7 +186,7 @@ containerd_version:
 runtimes:
   description:
     - The CRI plugin's runtimes in containerd's effective configuration after the run (in check mode, the planned one),
-      per C(containerd config dump); null when nothing could be dumped (check mode before the directory exists).
+      per C(containerd config dump).
   returned: always
   type: list
   elements: str

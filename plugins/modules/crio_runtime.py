@@ -90,7 +90,8 @@ options:
   backup:
     description:
       - Keep a copy of the drop-in before changing it. The copy is made in the directory above O(config_dir)
-        (C(/etc/crio)), never in O(config_dir), because CRI-O reads every file there.
+        (C(/etc/crio)), never in O(config_dir), because CRI-O reads every file there. The temp file of each write
+        is made outside it too, in a root-only (0700) sibling C(.crio.conf.d.gpufleet) on the same file system.
     type: bool
     default: false
   apply:

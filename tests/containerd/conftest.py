@@ -65,9 +65,9 @@ class LabContainerd(PrivateDaemon):
     def argv(self):
         return [CONTAINERD, '--config', self.config]
 
-    def run(self, argv):
-        """``run(argv) -> (rc, out, err)`` inside the namespace (containerd config dump, ctr)."""
-        proc = subprocess.run(self.inside(argv), capture_output=True, text=True, timeout=60)
+    def run(self, argv, data=None):
+        """``run(argv, data=None) -> (rc, out, err)`` inside the namespace (containerd config dump, ctr)."""
+        proc = subprocess.run(self.inside(argv), capture_output=True, text=True, timeout=60, input=data)
         return proc.returncode, proc.stdout, proc.stderr
 
     def answers(self):

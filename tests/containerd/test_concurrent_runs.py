@@ -121,9 +121,9 @@ class RemoteService(object):
 
 def one_run(conn, go, holder, config, name):
     """One containerd_runtime run in its own process; its outcome goes back over ``conn``."""
-    def run(argv):
+    def run(argv, data=None):
         proc = subprocess.run(['nsenter', '--target', str(holder), '--mount', '--'] + list(argv),
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60, input=data)
         return proc.returncode, proc.stdout, proc.stderr
     try:
         go.wait(30)

@@ -12,6 +12,7 @@ __metaclass__ = type
 
 import os
 import shutil
+import stat
 import time
 
 import pytest
@@ -425,3 +426,51 @@ def test_a_missing_runtime_binary_is_refused_only_as_the_default(host):
                          runtime_exists=lambda path: False)
     with pytest.raises(DocumentError, match='refuses to start without its default runtime'):
         run.run()
+
+
+# ---- nothing of ours in the drop-in directory CRI-O reads whole ---------------------------------
+
+def killed_at_rename(host, backup):
+    """A run killed (no cleanup at all, as SIGKILL) at its first rename: what it leaves behind."""
+    req = request(path=str(host / 'crio.conf.d' / '99-nvidia.conf'), config_path=str(host / 'crio.conf'),
+                  config_dir=str(host / 'crio.conf.d'), apply='none', default_runtime=True)
+    run = apply.Converge(req, FakeService(), FakeTools(), backup=backup, backup_dir=str(host),
+                         find=lambda *a: (None, None, None), runtime_exists=lambda path: True)
+    pid = os.fork()
+    if pid == 0:  # the child: every rename ends the process on the spot
+        try:
+            os.rename = lambda *args, **kw: os._exit(137)
+            run.run()
+        finally:
+            os._exit(1)
+    assert os.waitpid(pid, 0)[1] >> 8 == 137
+
+
+@pytest.mark.parametrize('backup', [None, True])
+def test_a_run_killed_before_its_rename_leaves_nothing_crio_reads(host, backup):
+    dropins = host / 'crio.conf.d'
+    converge(host, FakeService(), apply='none')
+    before = (dropins / '99-nvidia.conf').read_bytes()
+    killed_at_rename(host, backup)
+    assert sorted(os.listdir(str(dropins))) == ['99-nvidia.conf']
+    assert (dropins / '99-nvidia.conf').read_bytes() == before
+    # The leftover is out of CRI-O's reach and the next writing run clears it; absent still removes the runtime.
+    private = host / '.crio.conf.d.gpufleet'
+    assert stat.S_IMODE(os.stat(str(private)).st_mode) == 0o700 and len(os.listdir(str(private))) == 1
+    assert converge(host, FakeService(), apply='none', default_runtime=True)['file_changed']
+    assert os.listdir(str(private)) == []
+    result = converge(host, FakeService(), apply='none', state='absent')
+    assert result['file_changed'] and 'nvidia' not in result['runtimes'] and os.listdir(str(dropins)) == []
+
+
+def test_an_earlier_versions_leftover_temp_file_is_not_taken_for_a_drop_in(host):
+    """Before temp files moved out, a killed run left ``.99-nvidia.conf.*.tmp`` in the drop-in directory."""
+    service = FakeService()
+    converge(host, service, apply='none')
+    dropins = host / 'crio.conf.d'
+    leftover = dropins / '.99-nvidia.conf.0123456789ab.tmp'
+    leftover.write_bytes((dropins / '99-nvidia.conf').read_bytes())
+    predicted = converge(host, service, apply='none', state='absent', check_mode=True)
+    assert predicted['changed'] and 'nvidia' not in predicted['runtimes'] and leftover.exists()
+    result = converge(host, service, apply='none', state='absent')
+    assert 'nvidia' not in result['runtimes'] and os.listdir(str(dropins)) == []
