@@ -265,17 +265,35 @@ def answers_modes(host, count):
         return None
 
 
-def in_namespace(namespace):
-    """Live processes in the mount namespace ``namespace`` (the fake host's)."""
-    found = []
+def processes_in(namespace):
+    """{pid: start time} of the live processes in the mount namespace ``namespace``. Read while a process
+    of the service holds that namespace: once it is gone, the kernel may give its number to another."""
+    found = {}
     for name in os.listdir("/proc"):
         try:
             if name.isdigit() and os.readlink("/proc/%s/ns/mnt" % name) == namespace \
                     and fakehost.pid_alive(int(name)):
-                found.append(int(name))
+                found[int(name)] = started_at(int(name))
         except OSError:
             pass
     return found
+
+
+def started_at(pid):
+    with open("/proc/%d/stat" % pid) as handle:
+        return handle.read().rsplit(")", 1)[1].split()[19]
+
+
+def still_running(processes):
+    """Those of ``processes`` that still run (the same process: its pid and start time)."""
+    left = []
+    for pid, start in processes.items():
+        try:
+            if fakehost.pid_alive(pid) and started_at(pid) == start:
+                left.append(pid)
+        except OSError:
+            pass
+    return left
 
 
 @pytest.mark.parametrize("kind", ["driver", "bundled"])
@@ -304,11 +322,13 @@ def test_a_killed_daemon_comes_back_with_its_modes_and_stop_leaves_nothing(make_
         assert fakehost.pid_alive(supervisor)
     host.syslog.wait_for("was killed by signal 9; starting it again in 2 s")
 
+    service_processes = processes_in(namespace)  # the supervisor, the daemon, anything they started
+    assert supervisor in service_processes and pid in service_processes
     rc, out = service(host, script, "stop")
     assert rc == 0, out
     assert wait_gone(supervisor) and wait_gone(pid)
     host.daemon_pids = []
-    assert in_namespace(namespace) == [], "left running in the host: %s" % in_namespace(namespace)
+    assert still_running(service_processes) == [], "left running: %s" % still_running(service_processes)
     assert not os.path.exists(host.tree.run_dir)
     assert service(host, script, "status")[0] == 3
 
