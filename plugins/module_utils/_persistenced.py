@@ -176,33 +176,61 @@ RUN_DIR=%(run_dir)s
 PIDFILE="$RUN_DIR/nvidia-persistenced.pid"
 RUN_USER=%(user)s
 RUN_OWNER=%(owner)s
+# SysV init does not restart a crashed daemon: a supervisor does (the bundled program's --supervise, the
+# daemon's parent, blocked in waitpid). It runs this script's "launch" for the first start and after each
+# crash, at most 5 times in 60 s, 2 s apart. Its pid file lies in /var/run, which only root can write.
+SUPERVISOR=%(supervisor)s
+SUPERVISOR_PIDFILE=/var/run/$NAME.supervisor.pid
+case "$0" in
+    /*) SELF=$0 ;;
+    *) SELF=$(pwd)/$0 ;;
+esac
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
 # This script runs as root; the run directory belongs to the service user. Inside it, root only reads
 # the pid file without following a link and without blocking (dd iflag=nofollow,nonblock: a planted link
 # or FIFO reads as nothing), and trusts the pid only if that process runs as the service user and is a
 # persistence daemon, so a forged pid file cannot make root signal anyone else's process.
-running() {
-    pid=$(dd if="$PIDFILE" bs=32 count=1 iflag=nofollow,nonblock 2>/dev/null | tr -d ' \n')
+# checked_pid FILE UID: sets pid from FILE when that process runs as UID and its program is a persistence
+# daemon's (not a recycled pid: its program name says so)
+checked_pid() {
+    pid=$(dd if="$1" bs=32 count=1 iflag=nofollow,nonblock 2>/dev/null | tr -d ' \n')
     case "$pid" in
         ''|*[!0-9]*) return 1 ;;
     esac
     kill -s 0 "$pid" 2>/dev/null || return 1
     uid=$(sed -n 's/^Uid:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
-    [ -n "$uid" ] && [ "$uid" = "$(id -u "$RUN_USER" 2>/dev/null)" ] || return 1
-    # the pid is a persistence daemon (not a recycled pid): its program name says so
+    [ -n "$uid" ] && [ "$uid" = "$2" ] || return 1
     tr '\000' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -n 2 | grep -q persistenced
 }
 
-do_start() {
-    if running; then
-        echo "$NAME is already running (pid $pid)"
-        return 0
-    fi
-    if [ ! -x "$DAEMON" ]; then
-        echo "$NAME: $DAEMON is not installed" >&2
-        return 5
-    fi
+running() {
+    checked_pid "$PIDFILE" "$(id -u "$RUN_USER" 2>/dev/null)"
+}
+
+# sets spid to the supervisor's pid: a root process of the bundled program in --supervise mode
+supervised() {
+    checked_pid "$SUPERVISOR_PIDFILE" 0 || return 1
+    tr '\000' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -qx -- --supervise || return 1
+    spid=$pid
+}
+
+# stop_pid PID: SIGTERM, then wait up to 10 s for it to be gone
+stop_pid() {
+    kill -s TERM "$1" 2>/dev/null
+    tries=0
+    while kill -s 0 "$1" 2>/dev/null; do
+        tries=$((tries + 1))
+        if [ "$tries" -gt 100 ]; then
+            echo "$NAME: pid $1 did not stop after SIGTERM" >&2
+            return 1
+        fi
+        sleep 0.1 2>/dev/null || sleep 1
+    done
+}
+
+# The start itself, run by the supervisor (or by do_start where there is none).
+launch() {
     # /var/run is a tmpfs: make the run directory at every start, fresh, since the daemon starts as root
     # and opens its pid file in there: whatever the service user left (a link at the pid file) goes first.
     # rm -r never follows a link; mkdir, chmod and chown act on the run directory itself, whose parent
@@ -212,18 +240,34 @@ do_start() {
 %(post_start)s    return 0
 }
 
-do_stop() {
+do_start() {
     if running; then
-        kill -s TERM "$pid" 2>/dev/null
-        tries=0
-        while kill -s 0 "$pid" 2>/dev/null; do
-            tries=$((tries + 1))
-            if [ "$tries" -gt 100 ]; then
-                echo "$NAME: pid $pid did not stop after SIGTERM" >&2
-                return 1
-            fi
-            sleep 0.1 2>/dev/null || sleep 1
-        done
+        echo "$NAME is already running (pid $pid)"
+        return 0
+    fi
+    if supervised; then
+        echo "$NAME is being restarted by its supervisor (pid $spid)"
+        return 0
+    fi
+    if [ ! -x "$DAEMON" ]; then
+        echo "$NAME: $DAEMON is not installed" >&2
+        return 5
+    fi
+    if [ -x "$SUPERVISOR" ]; then
+        "$SUPERVISOR" --supervise "$SUPERVISOR_PIDFILE" -- "$SELF" launch
+    else
+        echo "$NAME: $SUPERVISOR is not installed: the daemon is not restarted after a crash" >&2
+        launch
+    fi
+}
+
+do_stop() {
+    # the supervisor first (it stops the daemon with SIGTERM, then exits), then a daemon without one
+    if supervised; then
+        stop_pid "$spid" || return 1
+    fi
+    if running; then
+        stop_pid "$pid" || return 1
     fi
     rm -rf "$RUN_DIR"
     return 0
@@ -239,12 +283,18 @@ case "$1" in
     restart|force-reload)
         do_stop && do_start
         ;;
+    launch)
+        launch
+        ;;
     reload)
 %(reload)s        ;;
     status)
         if running; then
             echo "$NAME is running (pid $pid)"
             exit 0
+        elif supervised; then
+            echo "$NAME is not running; its supervisor (pid $spid) is restarting it"
+            exit 1
         elif [ -e "$PIDFILE" ] || [ -L "$PIDFILE" ]; then
             echo "$NAME is not running but $PIDFILE exists"
             exit 1
@@ -278,6 +328,7 @@ def render_sysvinit(params, daemon_path, kind):
         'run_dir': RUN_DIR,
         'owner': sh_quote(owner),
         'user': sh_quote(params['user']),
+        'supervisor': sh_quote(params['bundled_path']),
         'start': ' '.join(['"$DAEMON"'] + [sh_quote(a) for a in argv[1:]]),
         'post_start': post_start,
         'reload': reload_body,

@@ -25,7 +25,7 @@ def status(*words):
     return ("accepted", 0, words)
 
 
-def wait_until(predicate, timeout=5.0, what="condition"):
+def wait_until(predicate, timeout=30.0, what="condition"):
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

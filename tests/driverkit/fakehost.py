@@ -331,7 +331,7 @@ def pid_alive(pid):
     return True
 
 
-def wait_gone(pid, timeout=10.0):
+def wait_gone(pid, timeout=30.0):
     """Wait until ``pid`` (not necessarily our child: the daemon forks) is gone."""
     deadline = time.monotonic() + timeout
     while pid_alive(pid):
@@ -462,7 +462,7 @@ class SyslogCapture:
         with open(self.file) as handle:
             return handle.read().splitlines()
 
-    def wait_for(self, text, timeout=5.0):
+    def wait_for(self, text, timeout=30.0):
         """Wait until a captured line contains ``text`` (the capture is a thread)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -510,7 +510,7 @@ class TempHost:
         """Pids of the daemons started on this host that ``close`` must stop."""
         return []
 
-    def wait_log(self, text, timeout=5.0):
+    def wait_log(self, text, timeout=30.0):
         self.syslog.wait_for(text, timeout)
 
     def close(self):

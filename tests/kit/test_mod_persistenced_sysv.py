@@ -3,12 +3,15 @@ in fake GPU hosts, driving NVIDIA's real nvidia-persistenced and the bundled dae
 
 LSB exit codes: start/stop/restart 0 on success (also when already in that
 state), status 0 running / 1 dead with a pid file / 3 stopped, 2 for a bad action.
+A supervisor (the bundled program's --supervise) starts the daemon again after a crash.
 """
 
 import json
 import os
 import stat
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -56,6 +59,19 @@ def service(host, script, action):
 def pid_of(host):
     with open(host.tree.pid_file) as handle:
         return int(handle.read().split()[0])
+
+
+def supervisor_pid(host):
+    with open(os.path.join(host.dir, "run", "nvidia-persistenced.supervisor.pid")) as handle:
+        return int(handle.read().split()[0])
+
+
+def wait_for(predicate, what, seconds=60):
+    """Wait until ``predicate()`` is true (a deadline for a busy machine, not a sleep)."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "no %s within %d s" % (what, seconds)
+        time.sleep(0.05)
 
 
 def modes(host, count):
@@ -159,10 +175,14 @@ def as_nobody_in_host(host, shell):
 
 def started_then_killed(host, kind):
     """Install the script, start the daemon through it, then let the service user kill
-    it (SIGKILL: no cleanup), as it always can; the run directory stays the user's."""
+    it (SIGKILL: no cleanup), as it always can; the run directory stays the user's.
+    The supervisor goes first (SIGKILL too), so that the script's own start comes next."""
     script = install_script(host, kind)
     rc, out = service(host, script, "start")
     assert rc == 0, out
+    supervisor = supervisor_pid(host)
+    os.kill(supervisor, signal.SIGKILL)
+    assert wait_gone(supervisor)
     pid = pid_of(host)
     host.daemon_pids.append(pid)  # cleaned up by the fixture should the kill fail
     as_nobody_in_host(host, "kill -KILL %d" % pid)
@@ -215,3 +235,119 @@ def test_a_forged_pid_file_cannot_make_root_signal_another_process(make_host):
     finally:
         decoy.kill()
         decoy.wait()
+
+
+# ---- the supervisor: a crashed daemon comes back ------------------------------------------------
+
+def write_saved_modes(host):
+    """GPUs 1 and 3 (of 4) saved disabled: NVIDIA's daemon starts them enabled, the re-apply disables them."""
+    os.makedirs(os.path.join(host.dir, "run", "gpufleet"))
+    with open(os.path.join(host.dir, "run", "gpufleet", "persistence.json"), "w") as handle:
+        json.dump({"format_version": 1, "default_mode": None, "gpus": {
+            "GPU-0000a101-1111-2222-3333-000000000001": {"mode": "disabled", "pci_bus_id": "00000000:02:00.0"},
+            "GPU-0000a103-1111-2222-3333-000000000003": {"mode": "disabled", "pci_bus_id": "00000000:04:00.0"}}},
+            handle)
+
+
+def live_pid(host):
+    """The daemon's pid when its pid file names a live process, else None."""
+    try:
+        pid = pid_of(host)
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if fakehost.pid_alive(pid) else None
+
+
+def answers_modes(host, count):
+    try:
+        return modes(host, count)
+    except (OSError, rpc.PersistencedError):
+        return None
+
+
+def processes_in(namespace):
+    """{pid: start time} of the live processes in the mount namespace ``namespace``. Read while a process
+    of the service holds that namespace: once it is gone, the kernel may give its number to another."""
+    found = {}
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and os.readlink("/proc/%s/ns/mnt" % name) == namespace \
+                    and fakehost.pid_alive(int(name)):
+                found[int(name)] = started_at(int(name))
+        except OSError:
+            pass
+    return found
+
+
+def started_at(pid):
+    with open("/proc/%d/stat" % pid) as handle:
+        return handle.read().rsplit(")", 1)[1].split()[19]
+
+
+def still_running(processes):
+    """Those of ``processes`` that still run (the same process: its pid and start time)."""
+    left = []
+    for pid, start in processes.items():
+        try:
+            if fakehost.pid_alive(pid) and started_at(pid) == start:
+                left.append(pid)
+        except OSError:
+            pass
+    return left
+
+
+@pytest.mark.parametrize("kind", ["driver", "bundled"])
+def test_a_killed_daemon_comes_back_with_its_modes_and_stop_leaves_nothing(make_host, kind):
+    host = make_host(gpus=4)
+    script = install_script(host, kind)
+    write_saved_modes(host)
+    rc, out = service(host, script, "start")
+    assert rc == 0, out
+    supervisor, pid = supervisor_pid(host), pid_of(host)
+    host.daemon_pids += [pid, supervisor]  # the fixture stops the supervisor first, should the test fail
+    namespace = os.readlink("/proc/%d/ns/mnt" % supervisor)
+    with open("/proc/%d/status" % supervisor) as handle:
+        assert [line.split()[1] for line in handle if line.startswith("Uid:")] == ["0"]
+    rc, out = service(host, script, "status")
+    assert rc == 0 and "is running (pid %d)" % pid in out, out
+
+    for round_ in range(2):
+        os.kill(pid, signal.SIGKILL)
+        assert wait_gone(pid)
+        wait_for(lambda: live_pid(host) not in (None, pid), "restarted daemon (round %d)" % round_)
+        pid = live_pid(host)
+        host.daemon_pids.insert(0, pid)
+        # the restart re-applied each GPU's saved mode (NVIDIA's daemon started them all enabled)
+        wait_for(lambda: answers_modes(host, 4) == [1, 0, 1, 0], "saved modes restored (round %d)" % round_)
+        assert fakehost.pid_alive(supervisor)
+    host.syslog.wait_for("was killed by signal 9; starting it again in 2 s")
+
+    service_processes = processes_in(namespace)  # the supervisor, the daemon, anything they started
+    assert supervisor in service_processes and pid in service_processes
+    rc, out = service(host, script, "stop")
+    assert rc == 0, out
+    assert wait_gone(supervisor) and wait_gone(pid)
+    host.daemon_pids = []
+    assert still_running(service_processes) == [], "left running: %s" % still_running(service_processes)
+    assert not os.path.exists(host.tree.run_dir)
+    assert service(host, script, "status")[0] == 3
+
+
+def test_restarts_stop_at_the_limit(make_host):
+    """A daemon that dies and cannot start again is tried 5 times (2 s apart), then left down."""
+    host = make_host(gpus=1)
+    script = install_script(host, "bundled")
+    rc, out = service(host, script, "start")
+    assert rc == 0, out
+    supervisor, pid = supervisor_pid(host), pid_of(host)
+    host.daemon_pids += [pid, supervisor]
+    import shutil
+    shutil.rmtree(os.path.join(host.dir, "proc", "driver", "nvidia", "gpus"))  # every start fails now
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone(supervisor, timeout=120), "the supervisor kept restarting a daemon that cannot start"
+    host.daemon_pids = []
+    lines = [line for line in host.syslog.lines() if "starting it again" in line]
+    assert len(lines) == 5, lines
+    host.syslog.wait_for("restarted 5 times within 60 s: giving up")
+    rc, out = service(host, script, "status")
+    assert rc in (1, 3) and "not running" in out, out

@@ -230,8 +230,9 @@ def test_missing_directory_created_under_a_writable_parent(sandbox, stranger, de
     os.mkdir(private, 0o700)
     with attacking(stranger, DIRECTORY_PLANTER, parent, private):
         for index in deadline():
-            with open(os.path.join(parent, '.next'), 'w') as handle:
+            with open(os.path.join(sandbox, '.next'), 'w') as handle:  # the planter reads it: renamed in whole
                 handle.write(str(index))
+            os.rename(os.path.join(sandbox, '.next'), os.path.join(parent, '.next'))
             result = run_module(sandbox, path=os.path.join(parent, 'docker-%d' % index, 'daemon.json'))
             assert stat.S_IMODE(os.stat(private).st_mode) == 0o700 and os.listdir(private) == [], \
                 'root wrote through the stranger\'s link: %s' % os.listdir(private)

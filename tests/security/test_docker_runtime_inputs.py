@@ -23,6 +23,7 @@ import resource
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -198,8 +199,10 @@ WORKER = textwrap.dedent(r'''
             outcome = 'ok'
         except Exception:
             outcome = traceback.format_exc()
-        with open(os.path.join(base, 'done-%d-%s' % (round_, name)), 'w') as handle:
+        done = os.path.join(base, 'done-%d-%s' % (round_, name))
+        with open(done + '.tmp', 'w') as handle:  # the test reads the marker once it exists: whole or not at all
             handle.write(outcome)
+        os.rename(done + '.tmp', done)
         round_ += 1
 ''')
 
@@ -212,11 +215,12 @@ def test_concurrent_runs_create_the_same_directory(sandbox, deadline):
         for index in deadline():
             open(os.path.join(sandbox, 'go-%d' % index), 'w').close()
             done = [os.path.join(sandbox, 'done-%d-%s' % (index, name)) for name in names]
-            for _wait in range(6000):
-                if all(os.path.exists(p) for p in done):
-                    break
+            waited_until = time.monotonic() + 120
+            while not all(os.path.exists(p) for p in done):
                 assert all(w.poll() is None for w in workers), 'a worker died'
-                __import__('time').sleep(0.01)
+                assert time.monotonic() < waited_until, 'round %d: no %s after 120 s' % (
+                    index, [p for p in done if not os.path.exists(p)])
+                time.sleep(0.01)
             for name, marker in zip(names, done):
                 with open(marker) as handle:
                     assert handle.read() == 'ok', '%s, round %d' % (name, index)

@@ -109,7 +109,10 @@ def test_links_planted_at_lock_temp_and_state_during_root_updates(sandbox, servi
     end = time.time() + float(os.environ.get("GPUFLEET_SECURITY_SECONDS", "4")) + 10  # outlives root's loop
     attacker = service_user.popen([ATTACKER_PYTHON, "-c", ATTACK, state_dir, str(end), vault, targets],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.2)  # the first plants are in place before root's first write
+    waited_until = time.monotonic() + 60  # the attacker runs (its first file is there) before root's first write
+    while not os.path.exists(os.path.join(state_dir, "mine")):
+        assert attacker.poll() is None and time.monotonic() < waited_until, "the attacker did not start"
+        time.sleep(0.01)
     outcomes = {}
     try:
         for count in deadline():

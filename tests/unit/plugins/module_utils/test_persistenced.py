@@ -197,9 +197,10 @@ def test_every_start_makes_the_run_directory_afresh(init, kind):
 
 def test_sysv_script_reads_the_pid_file_without_following_links_and_checks_the_owner():
     script = pd.render('sysvinit', params(user='nobody', group='nogroup'), pd.DRIVER_PATH, 'driver')
-    assert 'dd if="$PIDFILE" bs=32 count=1 iflag=nofollow,nonblock' in script
-    assert 'cat "$PIDFILE"' not in script
-    assert 'RUN_USER=nobody' in script and '"$(id -u "$RUN_USER" 2>/dev/null)"' in script
+    assert 'dd if="$1" bs=32 count=1 iflag=nofollow,nonblock' in script
+    assert 'checked_pid "$PIDFILE" "$(id -u "$RUN_USER" 2>/dev/null)"' in script
+    assert 'cat "$' not in script
+    assert 'RUN_USER=nobody' in script and '[ -n "$uid" ] && [ "$uid" = "$2" ] || return 1' in script
 
 
 def test_daemon_argv_group_only_when_not_the_primary_group():
