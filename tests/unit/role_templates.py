@@ -14,7 +14,12 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
+from ansible_collections.gpufleet.nvidia.plugins.filter.fleet_summary import fleet_summary
+
 from core_compat import DATA_TAGGING, trust_as_template
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SITE = os.path.join(ROOT, 'playbooks', 'site.yml')
 
 # ansible-core 2.18 gives each task an ``omit`` variable, a placeholder it removes from the task's arguments
 # afterwards (2.19+: a Jinja global whose value disappears by itself).
@@ -28,11 +33,6 @@ class _TemplarWithOmit(Templar):
         from ansible.executor.task_executor import remove_omit
         value = super(_TemplarWithOmit, self).template(variable, *args, **kwargs)
         return remove_omit(value, OMIT) if isinstance(value, (dict, list)) else value
-
-from ansible_collections.gpufleet.nvidia.plugins.filter.fleet_summary import fleet_summary
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SITE = os.path.join(ROOT, 'playbooks', 'site.yml')
 
 
 def templar(**variables):

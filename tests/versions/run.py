@@ -184,7 +184,7 @@ def drift_rows(path):
     with open(path) as handle:
         report = json.load(handle)
     return [dict((key, row[key]) for key in ('host', 'status', 'init', 'daemon', 'gpus_off', 'engines_off',
-                                              'drifted')) for row in report['hosts']]
+                                              'drifted', 'errors')) for row in report['hosts']]
 
 
 def step_lab(release, inventory, reports):
@@ -202,8 +202,8 @@ def step_lab(release, inventory, reports):
             continue
         rows = drift_rows(report)
         reports.setdefault(name, {})[release.version] = rows
-        log('%s: drift.yml (%s): %s' % (release.version, name, ', '.join('%s %s' % (r['host'], r['status'])
-                                                                         for r in rows)))
+        log('%s: drift.yml (%s): %s' % (release.version, name, ', '.join(
+            '%s %s%s' % (r['host'], r['status'], ' %s' % r['errors'] if r['errors'] else '') for r in rows)))
     out = subprocess.run(['ansible-playbook', '-i', inventory, '-e', 'gpu_node_drift_only=true',
                           os.path.join(release.tree, 'playbooks', 'site.yml')],
                          cwd=release.work, env=release.env(), capture_output=True, text=True)
