@@ -19,7 +19,9 @@ file root writes could turn that write into a write anywhere, so:
   directory fsync; a failure leaves the old file and no temp file.
   ``write_at`` works through a directory descriptor, for directories another
   user owns (the persistence state directory).
-* ``directory_lock`` serialises our writers with a flock on the directory.
+* ``directory_lock`` serialises our writers with a flock on a lock file in a
+  directory only root can open (``LOCK_DIR``), never on anything another user
+  can open (a 0755 directory can be opened, and flocked, by anyone).
 * ``/proc`` readers and ``read_pid_file`` never follow links or block on FIFOs.
 """
 
@@ -30,7 +32,9 @@ __metaclass__ = type
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
+import re
 import stat
 import time
 
@@ -44,6 +48,10 @@ CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
 DIRECTORY = getattr(os, 'O_DIRECTORY', 0)
 NONBLOCK = getattr(os, 'O_NONBLOCK', 0)
 _TEMP_SUFFIX = '.tmp'
+# Our lock files: a directory only root can open (0700), in /run (root's, emptied at boot).
+LOCK_DIR = '/run/gpufleet-locks'
+# Tests point this at a private directory; it is read from root's own environment only.
+LOCK_DIR_VARIABLE = 'GPUFLEET_LOCK_DIR'
 
 
 # --------------------------------------------------------------------------
@@ -292,21 +300,61 @@ def ensure_directory(path, mode=0o755):
     return created
 
 
+def open_lock_directory():
+    """``(descriptor, path)`` of ``LOCK_DIR``, created 0700 when missing; refused unless only root (or we) can open
+    it."""
+    path = os.environ.get(LOCK_DIR_VARIABLE) or LOCK_DIR
+    real = resolve_path(path, reader="root's lock files")
+    try:
+        os.mkdir(real, 0o700)
+    except OSError as exc:
+        if exc.errno != errno.EEXIST:
+            raise HostFileError('%s: cannot create the lock directory: %s' % (path, exc.strerror))
+    try:
+        fd = os.open(real, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC)
+    except OSError as exc:
+        raise HostFileError('%s: cannot open the lock directory: %s. Remove it (it holds only lock files) and run '
+                            'again.' % (path, exc.strerror))
+    st = os.fstat(fd)
+    if st.st_uid not in _trusted_uids() or st.st_mode & 0o077:
+        os.close(fd)
+        raise HostFileError('%s: refusing the lock directory: it is owned by uid %d with mode %04o, so another user '
+                            'could hold root\'s locks. Remove it (rm -rf %s; it holds only lock files) and run again.'
+                            % (path, st.st_uid, stat.S_IMODE(st.st_mode), path))
+    return fd, path
+
+
+def lock_name(directory):
+    """The lock file of ``directory``: its name (readable) and a hash of its whole path (unique)."""
+    digest = hashlib.sha256(directory.encode('utf-8', 'surrogateescape')).hexdigest()[:24]
+    return '%s-%s.lock' % (re.sub(r'[^A-Za-z0-9_.-]', '_', os.path.basename(directory))[:64], digest)
+
+
 @contextlib.contextmanager
 def directory_lock(path, timeout=120.0):
-    """Exclusive flock on the file's directory: serialises our writers, leaves no lock file behind.
+    """Exclusive flock that serialises our writers of the file's directory.
 
-    Without the directory (check mode before it is created) there is nothing to lock.
+    The lock is a file of ``LOCK_DIR`` (0700 root) named after the directory,
+    never the directory itself: anyone can open a 0755 directory and flock it,
+    which would hold every root run up. The lock file stays (an unlinked lock
+    file would let two writers each lock a different file).
     """
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        yield
-        return
+    dfd, lock_dir = open_lock_directory()
+    name = os.path.join(lock_dir, lock_name(directory))
     try:
-        fd = os.open(directory, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC)
+        fd = os.open(os.path.basename(name), os.O_RDWR | os.O_CREAT | NOFOLLOW | NONBLOCK | CLOEXEC, 0o600,
+                     dir_fd=dfd)
     except OSError as exc:
-        raise HostFileError('%s: cannot open its directory %s to lock it: %s' % (path, directory, exc.strerror))
+        raise HostFileError('%s: cannot open the lock file %s for %s: %s'
+                            % (path, name, directory, exc.strerror))
+    finally:
+        os.close(dfd)
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in _trusted_uids():
+            raise HostFileError('%s: refusing the lock file %s: not a regular file of root\'s. Remove it and run '
+                                'again.' % (path, name))
         deadline = time.time() + timeout
         while True:
             try:
@@ -314,9 +362,10 @@ def directory_lock(path, timeout=120.0):
                 break
             except (IOError, OSError) as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise HostFileError('%s: cannot lock %s: %s' % (path, directory, exc.strerror))
+                    raise HostFileError('%s: cannot lock %s: %s' % (path, name, exc.strerror))
                 if time.time() > deadline:
-                    raise HostFileError('%s: another writer held the lock on %s for %ds' % (path, directory, timeout))
+                    raise HostFileError('%s: another run of this collection held the lock on %s for %ds; wait for it '
+                                        'to finish and run again' % (path, directory, timeout))
                 time.sleep(0.05)
         yield
     finally:

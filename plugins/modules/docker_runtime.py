@@ -32,7 +32,8 @@ description:
     never through a link; fsync; rename) and keep owner, mode (set on the open file, never by path) and SELinux
     context. Any write failure (read-only or full file system, permission, immutable file) fails naming the file,
     with the file as it was and no temporary file left.
-    Concurrent runs on one host are serialised by a lock on the file's directory (no lock file).
+    Concurrent runs on one host are serialised by a lock only root can open (a file in C(/run/gpufleet-locks),
+    mode 0700), never by a lock on the file's directory, which any user could hold.
   - With O(apply=auto) the module asks the running dockerd (C(GET /info) on its API socket) whether it already runs
     what the file says. If it does, nothing is signalled, even when the file was changed by an earlier run that never
     applied it. Additions and changes are applied by a reload (SIGHUP), so running containers keep running; a removal
