@@ -22,7 +22,9 @@ file root writes could turn that write into a write anywhere, so:
 * ``directory_lock`` serialises our writers with a flock on a lock file in a
   directory only root can open (``LOCK_DIR``), never on anything another user
   can open (a 0755 directory can be opened, and flocked, by anyone).
-* ``/proc`` readers and ``read_pid_file`` never follow links or block on FIFOs.
+* ``/proc`` readers and ``read_pid_file`` never follow links or block on FIFOs;
+  ``not_root_running`` tells a root process running the expected executable
+  from anything another user (or a container) can start under the same name.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -662,15 +664,6 @@ def process_uid(pid):
     return None
 
 
-def pids_named(name):
-    """Every running process whose ``comm`` is ``name``."""
-    try:
-        entries = os.listdir('/proc')
-    except OSError:
-        return []
-    return [int(entry) for entry in entries if entry.isdigit() and process_name(int(entry)) == name]
-
-
 def _proc_text(proc, pid, name, limit=4096):
     """``/proc/PID/NAME`` as text, undecodable bytes replaced (a process names itself); '' when gone."""
     try:
@@ -759,17 +752,19 @@ def changed_since(paths, started, tick=None):
     return found
 
 
-def read_pid_file(pid_file):
+def read_pid_file(pid_file, owner=None):
     """The number in a pid file, read without following a link or blocking on a FIFO, else None.
 
-    Pid files may live in a directory a service user owns; root reads them this way.
+    Pid files may live in a directory a service user owns; root reads them this way. With ``owner``
+    (a uid), only a file of that owner with one link counts.
     """
     try:
         fd = os.open(pid_file, os.O_RDONLY | NOFOLLOW | NONBLOCK | CLOEXEC)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (owner is not None and (st.st_uid != owner or st.st_nlink != 1)):
             return None
         text = os.read(fd, 64).decode('ascii', 'replace').strip()
     except OSError:
@@ -777,6 +772,74 @@ def read_pid_file(pid_file):
     finally:
         os.close(fd)
     return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def process_uids(pid):
+    """A process's real, effective, saved and file-system uids, or None when it is gone."""
+    for line in _proc_text('/proc', pid, 'status').splitlines():
+        if line.startswith('Uid:'):
+            try:
+                return tuple(int(field) for field in line.split()[1:5])
+            except ValueError:
+                return None
+    return None
+
+
+def trusted_executable(executable):
+    """``(stat, None)`` of ``executable`` when it is a regular file only root can change, else ``(None, why)``."""
+    try:
+        real = resolve_path(executable, reader='this service')
+        st = os.stat(real)
+    except (HostFileError, OSError) as exc:
+        return None, str(exc)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        return None, '%s is not a regular file owned by root and writable only by root' % executable
+    return st, None
+
+
+def not_root_running(pid, executable):
+    """Why process ``pid`` is not a root process running ``executable`` in our PID namespace ("it ..."), or None.
+
+    The executable is compared by file (``/proc/PID/exe`` and ``executable``
+    must be the same inode), so a script or a copy under the same name, or a
+    container's own binary, is not it; ``executable`` itself must be a file
+    only root can change. The uid is read last: should the process end and
+    its number go to another user's process meanwhile, that one is refused.
+    """
+    want, why = trusted_executable(executable)
+    return why if want is None else _not_running(pid, executable, want)
+
+
+def _not_running(pid, executable, want):
+    try:
+        running = os.stat('/proc/%d/exe' % pid)
+        namespace = os.stat('/proc/%d/ns/pid' % pid)
+        ours = os.stat('/proc/self/ns/pid')
+    except OSError as exc:
+        return 'it cannot be inspected (%s)' % exc.strerror
+    if (running.st_dev, running.st_ino) != (want.st_dev, want.st_ino):
+        try:
+            shown = _printable(os.readlink('/proc/%d/exe' % pid))
+        except OSError:
+            shown = 'another file'
+        return 'it runs %s, not %s' % (shown, executable)
+    if (namespace.st_dev, namespace.st_ino) != (ours.st_dev, ours.st_ino):
+        return 'it is in another PID namespace (a container)'
+    uids = process_uids(pid)
+    if uids is None or any(uids):
+        return 'it does not run as root (uids %s)' % (uids,)
+    return None
+
+
+def pids_running(executable):
+    """Every root process of our PID namespace that runs ``executable`` (see ``not_root_running``)."""
+    want, unused_why = trusted_executable(executable)
+    try:
+        entries = os.listdir('/proc') if want is not None else []
+    except OSError:
+        return []
+    return [pid for pid in sorted(int(entry) for entry in entries if entry.isdigit())
+            if _not_running(pid, executable, want) is None]
 
 
 def which(name, extra_dirs=TOOL_DIRS):
