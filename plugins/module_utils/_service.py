@@ -49,7 +49,7 @@ import signal
 import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import ServiceError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, ServiceError
 
 # What real Upstart's initctl says (exit 1) for a job already stopped or started:
 # 1.13 "Job has already been stopped" / "Unknown instance", 0.6.5 "Unknown instance";

@@ -111,7 +111,7 @@ options:
     default: 60
 notes:
   - B(The service's process) is the one the init system names (systemd's C(MainPID), Upstart's C(initctl status),
-    else a root-owned pid file: the SysV script's C(PIDFILE), C(/run/containerd.pid)), and only when it is a root
+    else a root-owned pid file, the SysV script's C(PIDFILE) or C(/run/containerd.pid)), and only when it is a root
     process of the host's PID namespace running the installed C(containerd), a file only root can change; only when the
     init system has no record of the service at all, a root process running that file. Never a process by its name
     or arguments (any user can start a program called C(containerd)); RV(containerd_found_by) says which evidence was used.

@@ -114,7 +114,7 @@ options:
     default: 60
 notes:
   - B(The service's process) is the one the init system names (systemd's C(MainPID), Upstart's C(initctl status),
-    else a root-owned pid file: the SysV script's C(PIDFILE), C(/run/crio.pid)), and only when it is a root
+    else a root-owned pid file, the SysV script's C(PIDFILE) or C(/run/crio.pid)), and only when it is a root
     process of the host's PID namespace running the installed C(crio), a file only root can change; only when the
     init system has no record of the service at all, a root process running that file. Never a process by its name
     or arguments (any user can start a program called C(crio)); RV(crio_found_by) says which evidence was used.

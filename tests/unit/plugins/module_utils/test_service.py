@@ -268,3 +268,5 @@ def test_sysv_takes_the_scripts_pid_file_and_only_roots(tmp_path):
     assert sysv.reported_pid() == (4321, 'the root-owned pid file %s' % pid_file)
     os.chown(str(pid_file), 4242, 4242)
     assert sysv.reported_pid() == (None, None)  # another user's pid file is no record
+    (script_dir / 'nvidia-persistenced').chmod(0o666)
+    assert sysv.script_pid_file() is None  # nor is a script every user can write
