@@ -35,11 +35,13 @@ class Concern(object):
         return args
 
 
-def engine_service(module, find_pid, **kwargs):
-    """``(Service, run_command)``: the engine's service (``service_name``) under this host's init system."""
+def engine_service(module, executable, find_pid, **kwargs):
+    """``(Service, run_command)``: the engine's service (``service_name``) under this host's init system, whose
+    process runs ``executable`` (``Service.processes``)."""
     run_command = _module.runner(module)
     init, tools, unused_detected = _module.init_system(module, run_command)
-    return Service(init, module.params['service_name'], run_command, tools, find_pid, **kwargs), run_command
+    return Service(init, module.params['service_name'], run_command, tools, find_pid, executable=executable,
+                   **kwargs), run_command
 
 
 def engine_binary(module, name, install):

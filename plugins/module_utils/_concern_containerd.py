@@ -33,9 +33,10 @@ SPEC = dict(
 
 def run(module):
     params = module.params
-    service, run_command = engine_service(module, lambda: _containerd_apply.find_pid(params['path']),
-                                          log_files=_containerd_apply.log_files(params['service_name']))
     containerd = engine_binary(module, 'containerd', 'install the containerd package first.')
+    service, run_command = engine_service(
+        module, containerd, lambda: _containerd_apply.find_pid(params['path'], service.processes()),
+        log_files=_containerd_apply.log_files(params['service_name']))
     programs = _containerd_apply.Tools(run_command, containerd=containerd,
                                        ctr=module.get_bin_path('ctr') or 'ctr')
     request = _containerd_apply.Request(

@@ -37,9 +37,8 @@ SPEC = dict(
 
 def run(module):
     params = module.params
-    service, run_command = engine_service(
-        module, lambda: _crio_apply.find_pid(params['config_path'], params['config_dir'])[0])
     crio = engine_binary(module, 'crio', 'install CRI-O first.')
+    service, run_command = engine_service(module, crio, lambda: _crio_apply.find_pid(service.processes())[0])
     request = _crio.Request(
         path=params['path'], config_path=params['config_path'], config_dir=params['config_dir'], name=params['name'],
         runtime_path=params['runtime_path'], default_runtime=params['default_runtime'], state=params['state'],

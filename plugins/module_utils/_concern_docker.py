@@ -41,7 +41,7 @@ def build_dockerd(module, socket_path):
     run_command = _module.runner(module)
     init, tools, unused_detected = _module.init_system(module, run_command)
     return _dockerd.Dockerd(run_command, init, tools, service=module.params['service_name'],
-                            socket_path=socket_path), run_command
+                            socket_path=socket_path, executable=module.get_bin_path('dockerd')), run_command
 
 
 def run(module):

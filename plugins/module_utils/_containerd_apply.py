@@ -34,6 +34,7 @@ import time
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError, ServiceError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import found_by
 
 CRI_PLUGIN = 'cri'
 
@@ -127,10 +128,11 @@ class Tools(object):
         return found
 
 
-def find_pid(config_path, default_path=cd.DEFAULT_PATH):
-    """The containerd process that reads ``config_path`` (``--config``/``-c``, else the default path), or None."""
+def find_pid(config_path, pids, default_path=cd.DEFAULT_PATH):
+    """Of the containerd service's processes ``pids`` (``_service.Service.processes``), the one that reads
+    ``config_path`` (``--config``/``-c``, else the default path), or None."""
     wanted = os.path.realpath(config_path)
-    for pid in sorted(_host.pids_named('containerd')):
+    for pid in pids:
         argv = _host.process_argv(pid)
         config = default_path
         for index, arg in enumerate(argv[1:], 1):
@@ -166,6 +168,7 @@ class Result(dict):
     def __init__(self, path):
         dict.__init__(self, changed=False, path=path, backup_file=None, action='none', file_changed=False,
                       schema=None, containerd_version=None, containerd_pid_before=None, containerd_pid_after=None,
+                      containerd_found_by=None,
                       runtimes=None, default_runtime=None, changes=[], msg='', before='', after='', warnings=[])
 
 
@@ -221,6 +224,7 @@ class Converge(object):
             self.report_runtimes(effective, dschema)
             pid = self.service.pid()
             result['containerd_pid_before'] = pid
+            result['containerd_found_by'] = found_by(self.service, pid, self.warnings)
             stale = []
             if pid and not file_changed:
                 started = _host.start_time(pid)

@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError, \
     HostFileError, ServiceError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import found_by
 
 Request = cr.Request
 MAX_DROPINS = 1000
@@ -50,13 +51,14 @@ class Tools(object):
         return cr.binary_version(out) if rc == 0 else None
 
 
-def find_pid(config_path=cr.DEFAULT_CONFIG, config_dir=cr.DEFAULT_DIR):
-    """The crio process and the files it reads: ``(pid, config, config_dir)``, or ``(None, None, None)``.
+def find_pid(pids):
+    """The crio daemon among the service's processes ``pids`` (``_service.Service.processes``) and the files
+    it reads: ``(pid, config, config_dir)``, or ``(None, None, None)``.
 
     From its argv (``--config``/``-c``, ``--config-dir``/``-d``, with or without ``=``); the environment
-    variables CONTAINER_CONFIG / CONTAINER_CONFIG_DIR are not read (another user's /proc/PID/environ).
+    variables CONTAINER_CONFIG / CONTAINER_CONFIG_DIR are not read.
     """
-    for pid in sorted(_host.pids_named('crio')):
+    for pid in pids:
         argv = _host.process_argv(pid)
         if argv[1:2] and not argv[1].startswith('-'):
             continue  # "crio config", "crio version", ...: not the daemon
@@ -157,8 +159,8 @@ def backup_outside(directory):
 class Result(dict):
     def __init__(self, path):
         dict.__init__(self, changed=False, path=path, backup_file=None, action='none', file_changed=False,
-                      crio_version=None, crio_pid_before=None, crio_pid_after=None, runtimes=None,
-                      default_runtime=None, changes=[], msg='',
+                      crio_version=None, crio_pid_before=None, crio_pid_after=None, crio_found_by=None,
+                      runtimes=None, default_runtime=None, changes=[], msg='',
                       before='', after='', warnings=[])
 
 
@@ -166,7 +168,7 @@ class Converge(object):
     """One crio_runtime run."""
 
     def __init__(self, request, service, tools, backup=None, backup_dir=None, label=None, poll=0.2,
-                 find=find_pid, runtime_exists=None, settle=2.0, started=_host.start_time):
+                 find=None, runtime_exists=None, settle=2.0, started=_host.start_time):
         self.request = request
         self.service = service
         self.tools = tools
@@ -174,7 +176,8 @@ class Converge(object):
         self.backup_dir = backup_dir
         self.label = label
         self.poll = poll
-        self.find = find
+        # find(config_path, config_dir) -> (pid, config, config_dir) of the running crio
+        self.find = find or (lambda *unused: find_pid(service.processes()))
         self.settle = settle
         self.started = started
         self.runtime_exists = runtime_exists or (lambda path: bool(_host.which(path)))
@@ -231,6 +234,7 @@ class Converge(object):
                                      'the %s package.' % (request.runtime_path, cr.RUNTIME_PACKAGE))
             pid = self.service.pid() or pid
             result['crio_pid_before'] = pid
+            result['crio_found_by'] = found_by(self.service, pid, self.warnings)
             stale = []
             if pid and not file_changed:
                 started = self.started(pid)

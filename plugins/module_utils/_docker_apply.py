@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _json_splice as splice
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import found_by
 
 DaemonJsonError = dj.DaemonJsonError
 
@@ -58,7 +59,8 @@ class Request(object):
 class Result(dict):
     def __init__(self, path):
         dict.__init__(self, changed=False, path=path, backup_file=None, action='none', runtimes={},
-                      dockerd_pid_before=None, dockerd_pid_after=None, msg='', file_changed=False,
+                      dockerd_pid_before=None, dockerd_pid_after=None, dockerd_found_by=None, msg='',
+                      file_changed=False,
                       before='', after='', warnings=[], default_runtime=None)
 
 
@@ -161,6 +163,7 @@ class Converge(object):
                                      % (request.runtime_path, dj.RUNTIME_PACKAGE))
             pid, elsewhere = self.running_dockerd(real)
             result['dockerd_pid_before'] = pid
+            result['dockerd_found_by'] = found_by(self.service, pid, self.warnings)
             flags = _dockerd.flags_to_keys(self.service.flags()) if pid or file_changed else {}
             self.check_flags(merged, flags)
             if file_changed and self.checks()[0] is not None:

@@ -125,23 +125,15 @@ def read_options_file(path, variables=('DOCKER_OPTS', 'OPTIONS')):
 # The process and its service
 # --------------------------------------------------------------------------
 
-def is_dockerd(pid):
-    return bool(pid) and _host.process_name(pid) == 'dockerd'
-
-
-def find_dockerd_pid(pidfiles=DEFAULT_PIDFILES, socket_path=None):
-    """PID of the running dockerd, or None: pid files first, then /proc."""
-    for pidfile in pidfiles:
-        pid = _host.read_pid_file(pidfile)
-        if is_dockerd(pid):
-            return pid
-    candidates = _host.pids_named('dockerd')
-    if socket_path and len(candidates) > 1:
-        matching = [pid for pid in candidates if any(socket_path in arg for arg in _host.process_argv(pid))]
+def find_dockerd_pid(pids, socket_path=None):
+    """Of the docker service's processes ``pids`` (``_service.Service.processes``), dockerd: the one serving
+    ``socket_path`` when there are several, else the only one, else None."""
+    if socket_path and len(pids) > 1:
+        matching = [pid for pid in pids if any(socket_path in arg for arg in _host.process_argv(pid))]
         if len(matching) == 1:
             return matching[0]
-    if len(candidates) == 1:
-        return candidates[0]
+    if len(pids) == 1:
+        return pids[0]
     return None
 
 
@@ -155,7 +147,7 @@ class Dockerd(Service):
     """
 
     def __init__(self, run_command, init_system, tools, service='docker', pidfiles=DEFAULT_PIDFILES,
-                 socket_path=None, upstart_job_dir='/etc/init'):
+                 socket_path=None, upstart_job_dir='/etc/init', executable=None):
         if init_system == 'upstart' and not os.path.exists(os.path.join(upstart_job_dir, service + '.conf')):
             # No Upstart job: Upstart runs the SysV script through its rc job, so manage it as SysV does
             # (what Ubuntu's "service" command does on Upstart hosts).
@@ -163,8 +155,9 @@ class Dockerd(Service):
         self.pidfiles = tuple(pidfiles)
         self.socket_path = socket_path
         Service.__init__(self, init_system, service, run_command, tools,
-                         find_pid=lambda: find_dockerd_pid(self.pidfiles, self.socket_path),
-                         log_files=('/var/log/%s.log' % service, '/var/log/upstart/%s.log' % service))
+                         find_pid=lambda: find_dockerd_pid(self.processes(), self.socket_path),
+                         log_files=('/var/log/%s.log' % service, '/var/log/upstart/%s.log' % service),
+                         executable=executable, pid_files=self.pidfiles)
 
     def flags(self):
         words = []

@@ -24,8 +24,12 @@ file root writes could turn that write into a write anywhere, so:
   file and no temp file.
   ``write_at`` works through a directory descriptor, for directories another
   user owns (the persistence state directory).
-* ``directory_lock`` serialises our writers with a flock on the directory.
-* ``/proc`` readers and ``read_pid_file`` never follow links or block on FIFOs.
+* ``directory_lock`` serialises our writers with a flock on a lock file in a
+  directory only root can open (``LOCK_DIR``), never on anything another user
+  can open (a 0755 directory can be opened, and flocked, by anyone).
+* ``/proc`` readers and ``read_pid_file`` never follow links or block on FIFOs;
+  ``not_root_running`` tells a root process running the expected executable
+  from anything another user (or a container) can start under the same name.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -36,7 +40,9 @@ import contextlib
 import errno
 import fcntl
 import fnmatch
+import hashlib
 import os
+import re
 import stat
 import time
 
@@ -51,6 +57,10 @@ DIRECTORY = getattr(os, 'O_DIRECTORY', 0)
 NONBLOCK = getattr(os, 'O_NONBLOCK', 0)
 _TEMP_SUFFIX = '.tmp'
 PRIVATE_SUFFIX = '.gpufleet'
+# Our lock files: a directory only root can open (0700), in /run (root's, emptied at boot).
+LOCK_DIR = '/run/gpufleet-locks'
+# Tests point this at a private directory; it is read from root's own environment only.
+LOCK_DIR_VARIABLE = 'GPUFLEET_LOCK_DIR'
 
 
 # --------------------------------------------------------------------------
@@ -351,21 +361,61 @@ def ensure_directory(path, mode=0o755):
     return created
 
 
+def open_lock_directory():
+    """``(descriptor, path)`` of ``LOCK_DIR``, created 0700 when missing; refused unless only root (or we) can open
+    it."""
+    path = os.environ.get(LOCK_DIR_VARIABLE) or LOCK_DIR
+    real = resolve_path(path, reader="root's lock files")
+    try:
+        os.mkdir(real, 0o700)
+    except OSError as exc:
+        if exc.errno != errno.EEXIST:
+            raise HostFileError('%s: cannot create the lock directory: %s' % (path, exc.strerror))
+    try:
+        fd = os.open(real, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC)
+    except OSError as exc:
+        raise HostFileError('%s: cannot open the lock directory: %s. Remove it (it holds only lock files) and run '
+                            'again.' % (path, exc.strerror))
+    st = os.fstat(fd)
+    if st.st_uid not in _trusted_uids() or st.st_mode & 0o077:
+        os.close(fd)
+        raise HostFileError('%s: refusing the lock directory: it is owned by uid %d with mode %04o, so another user '
+                            'could hold root\'s locks. Remove it (rm -rf %s; it holds only lock files) and run again.'
+                            % (path, st.st_uid, stat.S_IMODE(st.st_mode), path))
+    return fd, path
+
+
+def lock_name(directory):
+    """The lock file of ``directory``: its name (readable) and a hash of its whole path (unique)."""
+    digest = hashlib.sha256(directory.encode('utf-8', 'surrogateescape')).hexdigest()[:24]
+    return '%s-%s.lock' % (re.sub(r'[^A-Za-z0-9_.-]', '_', os.path.basename(directory))[:64], digest)
+
+
 @contextlib.contextmanager
 def directory_lock(path, timeout=120.0):
-    """Exclusive flock on the file's directory: serialises our writers, leaves no lock file behind.
+    """Exclusive flock that serialises our writers of the file's directory.
 
-    Without the directory (check mode before it is created) there is nothing to lock.
+    The lock is a file of ``LOCK_DIR`` (0700 root) named after the directory,
+    never the directory itself: anyone can open a 0755 directory and flock it,
+    which would hold every root run up. The lock file stays (an unlinked lock
+    file would let two writers each lock a different file).
     """
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        yield
-        return
+    dfd, lock_dir = open_lock_directory()
+    name = os.path.join(lock_dir, lock_name(directory))
     try:
-        fd = os.open(directory, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC)
+        fd = os.open(os.path.basename(name), os.O_RDWR | os.O_CREAT | NOFOLLOW | NONBLOCK | CLOEXEC, 0o600,
+                     dir_fd=dfd)
     except OSError as exc:
-        raise HostFileError('%s: cannot open its directory %s to lock it: %s' % (path, directory, exc.strerror))
+        raise HostFileError('%s: cannot open the lock file %s for %s: %s'
+                            % (path, name, directory, exc.strerror))
+    finally:
+        os.close(dfd)
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in _trusted_uids():
+            raise HostFileError('%s: refusing the lock file %s: not a regular file of root\'s. Remove it and run '
+                                'again.' % (path, name))
         deadline = time.time() + timeout
         while True:
             try:
@@ -373,9 +423,10 @@ def directory_lock(path, timeout=120.0):
                 break
             except (IOError, OSError) as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise HostFileError('%s: cannot lock %s: %s' % (path, directory, exc.strerror))
+                    raise HostFileError('%s: cannot lock %s: %s' % (path, name, exc.strerror))
                 if time.time() > deadline:
-                    raise HostFileError('%s: another writer held the lock on %s for %ds' % (path, directory, timeout))
+                    raise HostFileError('%s: another run of this collection held the lock on %s for %ds; wait for it '
+                                        'to finish and run again' % (path, directory, timeout))
                 time.sleep(0.05)
         yield
     finally:
@@ -730,15 +781,6 @@ def process_uid(pid):
     return None
 
 
-def pids_named(name):
-    """Every running process whose ``comm`` is ``name``."""
-    try:
-        entries = os.listdir('/proc')
-    except OSError:
-        return []
-    return [int(entry) for entry in entries if entry.isdigit() and process_name(int(entry)) == name]
-
-
 def _proc_text(proc, pid, name, limit=4096):
     """``/proc/PID/NAME`` as text, undecodable bytes replaced (a process names itself); '' when gone."""
     try:
@@ -827,17 +869,19 @@ def changed_since(paths, started, tick=None):
     return found
 
 
-def read_pid_file(pid_file):
+def read_pid_file(pid_file, owner=None):
     """The number in a pid file, read without following a link or blocking on a FIFO, else None.
 
-    Pid files may live in a directory a service user owns; root reads them this way.
+    Pid files may live in a directory a service user owns; root reads them this way. With ``owner``
+    (a uid), only a file of that owner with one link counts.
     """
     try:
         fd = os.open(pid_file, os.O_RDONLY | NOFOLLOW | NONBLOCK | CLOEXEC)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (owner is not None and (st.st_uid != owner or st.st_nlink != 1)):
             return None
         text = os.read(fd, 64).decode('ascii', 'replace').strip()
     except OSError:
@@ -845,6 +889,74 @@ def read_pid_file(pid_file):
     finally:
         os.close(fd)
     return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def process_uids(pid):
+    """A process's real, effective, saved and file-system uids, or None when it is gone."""
+    for line in _proc_text('/proc', pid, 'status').splitlines():
+        if line.startswith('Uid:'):
+            try:
+                return tuple(int(field) for field in line.split()[1:5])
+            except ValueError:
+                return None
+    return None
+
+
+def trusted_executable(executable):
+    """``(stat, None)`` of ``executable`` when it is a regular file only root can change, else ``(None, why)``."""
+    try:
+        real = resolve_path(executable, reader='this service')
+        st = os.stat(real)
+    except (HostFileError, OSError) as exc:
+        return None, str(exc)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        return None, '%s is not a regular file owned by root and writable only by root' % executable
+    return st, None
+
+
+def not_root_running(pid, executable):
+    """Why process ``pid`` is not a root process running ``executable`` in our PID namespace ("it ..."), or None.
+
+    The executable is compared by file (``/proc/PID/exe`` and ``executable``
+    must be the same inode), so a script or a copy under the same name, or a
+    container's own binary, is not it; ``executable`` itself must be a file
+    only root can change. The uid is read last: should the process end and
+    its number go to another user's process meanwhile, that one is refused.
+    """
+    want, why = trusted_executable(executable)
+    return why if want is None else _not_running(pid, executable, want)
+
+
+def _not_running(pid, executable, want):
+    try:
+        running = os.stat('/proc/%d/exe' % pid)
+        namespace = os.stat('/proc/%d/ns/pid' % pid)
+        ours = os.stat('/proc/self/ns/pid')
+    except OSError as exc:
+        return 'it cannot be inspected (%s)' % exc.strerror
+    if (running.st_dev, running.st_ino) != (want.st_dev, want.st_ino):
+        try:
+            shown = _printable(os.readlink('/proc/%d/exe' % pid))
+        except OSError:
+            shown = 'another file'
+        return 'it runs %s, not %s' % (shown, executable)
+    if (namespace.st_dev, namespace.st_ino) != (ours.st_dev, ours.st_ino):
+        return 'it is in another PID namespace (a container)'
+    uids = process_uids(pid)
+    if uids is None or any(uids):
+        return 'it does not run as root (uids %s)' % (uids,)
+    return None
+
+
+def pids_running(executable):
+    """Every root process of our PID namespace that runs ``executable`` (see ``not_root_running``)."""
+    want, unused_why = trusted_executable(executable)
+    try:
+        entries = os.listdir('/proc') if want is not None else []
+    except OSError:
+        return []
+    return [pid for pid in sorted(int(entry) for entry in entries if entry.isdigit())
+            if _not_running(pid, executable, want) is None]
 
 
 def which(name, extra_dirs=TOOL_DIRS):

@@ -25,7 +25,17 @@ Upstart 1.13 and 0.6.5 and Debian's SysV scripts:
 ``run(argv) -> (rc, out, err)`` runs host commands; ``tools`` maps tool names
 (systemctl, initctl, update-rc.d, chkconfig, insserv, journalctl) to paths,
 as ``_init_system.detect`` finds them; a missing tool is a ServiceError that
-names it. ``find_pid()`` returns the service's main process, or None.
+names it. ``find_pid()`` returns the service's main process, or None; without
+one, ``processes()`` decides.
+
+Which process is the service: the one the init system names (systemd's
+MainPID, Upstart's ``initctl status``, else a root-owned pid file: the
+script's own ``PIDFILE=`` or ``/run/NAME.pid``), and only when it is root's
+process running ``executable``, a file only root can change
+(``_host.not_root_running``). Only when the init system has no record of
+the service at all are root's processes running ``executable`` taken, and
+the evidence says so. Never a process by its name or arguments: anyone can
+start a program called ``containerd``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -34,11 +44,12 @@ __metaclass__ = type
 
 import glob
 import os
+import re
 import signal
 import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import ServiceError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, ServiceError
 
 # What real Upstart's initctl says (exit 1) for a job already stopped or started:
 # 1.13 "Job has already been stopped" / "Unknown instance", 0.6.5 "Unknown instance";
@@ -49,16 +60,28 @@ UPSTART_ALREADY_STARTED = ('Job is already running',)
 SYSTEMD_ENABLED = ('enabled', 'enabled-runtime', 'alias', 'static', 'generated')
 
 
+def found_by(service, pid, warnings):
+    """How ``service``'s process ``pid`` was identified (``Service.evidence``), for a module's result, else None;
+    a process the init system named but that was refused becomes a warning."""
+    if getattr(service, 'refused', None):
+        warnings.append(service.refused)
+    return getattr(service, 'evidence', {}).get(pid) if pid else None
+
+
 class Service(object):
     """The init system's commands for one service."""
 
-    def __init__(self, init_system, name, run, tools, find_pid, log_files=(), log_filter=None,
-                 script_dir='/etc/init.d', rc_root='/etc'):
+    def __init__(self, init_system, name, run, tools, find_pid=None, log_files=(), log_filter=None,
+                 script_dir='/etc/init.d', rc_root='/etc', executable=None, pid_files=None):
         self.init_system = init_system
         self.name = name
         self.run = run
         self.tools = dict(tools or {})
         self.find_pid = find_pid
+        self.executable = executable
+        self.pid_files = tuple(pid_files) if pid_files is not None else ('/run/%s.pid' % name, '/var/run/%s.pid' % name)
+        self.evidence = {}
+        self.refused = None
         self.log_files = tuple(log_files)
         self.log_filter = log_filter
         self.script = os.path.join(script_dir, name)
@@ -103,7 +126,59 @@ class Service(object):
 
     # ---- queries --------------------------------------------------------------
     def pid(self):
-        return self.find_pid()
+        if self.find_pid is not None:
+            return self.find_pid()
+        found = self.processes()
+        return found[0] if found else None
+
+    def script_pid_file(self):
+        """The ``PIDFILE=`` of the service's SysV script (a root file nobody else can write), or None."""
+        try:
+            script = _host.read_file(self.script, self.script, 1 << 20)
+        except GpufleetError:
+            return None
+        match = re.search(r'^\s*PIDFILE=["\']?(/[^"\'\s$`;]+)["\']?\s*$', script.text, re.M)
+        return match.group(1) if match else None
+
+    def reported_pid(self):
+        """``(pid, evidence)``: the main process as the init system reports it (pid None: not running), or
+        ``(None, None)`` when it has no record of the service."""
+        if self.init_system == 'systemd' and self.tools.get('systemctl'):
+            rc, out, err = self.run([self.tools['systemctl'], 'show', '-p', 'LoadState', '-p', 'MainPID', self.name])
+            values = dict(line.split('=', 1) for line in (out or '').splitlines() if '=' in line)
+            if rc == 0 and values.get('LoadState') == 'loaded':
+                main = values.get('MainPID', '').strip()
+                return (int(main) if main.isdigit() and int(main) > 0 else None), 'systemd (MainPID of %s)' % self.name
+        if self.init_system == 'upstart' and self.tools.get('initctl'):
+            rc, out, err = self.run([self.tools['initctl'], 'status', self.name])
+            if rc == 0:
+                match = re.search(r'start/running, process (\d+)', out or '')
+                return (int(match.group(1)) if match else None), 'Upstart (initctl status %s)' % self.name
+        for pid_file in filter(None, (self.script_pid_file(),) + self.pid_files):
+            pid = _host.read_pid_file(pid_file, owner=0)
+            if pid:
+                return pid, 'the root-owned pid file %s' % pid_file
+        return None, None
+
+    def processes(self):
+        """The service's main process as ``[pid]`` (``evidence[pid]`` says how it was found); every root process
+        running ``executable`` only when the init system has no record of the service."""
+        if not self.executable:
+            return []
+        pid, evidence = self.reported_pid()
+        self.refused = None
+        if evidence is not None:
+            why = _host.not_root_running(pid, self.executable) if pid else 'not running'
+            found = [pid] if why is None else []
+            if pid and why:
+                self.refused = ('%s names process %d, but %s: it is not taken for %s. If it is the service, make the '
+                                'service run %s.' % (evidence, pid, why, self.name, self.executable))
+        else:
+            found = _host.pids_running(self.executable)
+            evidence = 'a root process running %s (the %s init system has no record of %s)' % (
+                self.executable, self.init_system, self.name)
+        self.evidence = dict((one, evidence) for one in found)
+        return found
 
     def is_enabled(self):
         if self.init_system == 'systemd':

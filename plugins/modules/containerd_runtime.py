@@ -117,6 +117,13 @@ options:
     type: int
     default: 60
 notes:
+  - B(The service's process) is the one the init system names (systemd's C(MainPID), Upstart's C(initctl status),
+    else a root-owned pid file, the SysV script's C(PIDFILE) or C(/run/containerd.pid)), and only when it is a root
+    process of the host's PID namespace running the installed C(containerd), a file only root can change; only when the
+    init system has no record of the service at all, a root process running that file. Never a process by its name
+    or arguments (any user can start a program called C(containerd)); RV(containerd_found_by) says which evidence was used.
+  - Concurrent runs on one host are serialised by a lock only root can open (a file in C(/run/gpufleet-locks), mode
+    0700), never by a lock on the configuration directory, which any user could hold.
   - Requires root on the managed host, and C(containerd) and C(ctr) (both in the containerd package).
 seealso:
   - module: gpufleet.nvidia.docker_runtime
@@ -206,6 +213,13 @@ containerd_pid_after:
   returned: always
   type: int
   sample: 1240
+containerd_found_by:
+  description: How the process in RV(containerd_pid_before) was identified, in words - systemd's MainPID, Upstart's
+    C(initctl status), a root-owned pid file (named), or, only when the init system has no record of the service, a
+    root process running the installed C(containerd); null when none was found.
+  returned: always
+  type: str
+  sample: systemd (MainPID of containerd)
 msg:
   description: What was found and done, in one line.
   returned: always

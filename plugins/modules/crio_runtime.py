@@ -114,6 +114,13 @@ options:
     type: int
     default: 60
 notes:
+  - B(The service's process) is the one the init system names (systemd's C(MainPID), Upstart's C(initctl status),
+    else a root-owned pid file, the SysV script's C(PIDFILE) or C(/run/crio.pid)), and only when it is a root
+    process of the host's PID namespace running the installed C(crio), a file only root can change; only when the
+    init system has no record of the service at all, a root process running that file. Never a process by its name
+    or arguments (any user can start a program called C(crio)); RV(crio_found_by) says which evidence was used.
+  - Concurrent runs on one host are serialised by a lock only root can open (a file in C(/run/gpufleet-locks), mode
+    0700), never by a lock on the configuration directory, which any user could hold.
   - Requires root on the managed host and the C(crio) binary (for its version).
 seealso:
   - module: gpufleet.nvidia.containerd_runtime
@@ -198,6 +205,13 @@ crio_pid_after:
   returned: always
   type: int
   sample: 1240
+crio_found_by:
+  description: How the process in RV(crio_pid_before) was identified, in words - systemd's MainPID, Upstart's
+    C(initctl status), a root-owned pid file (named), or, only when the init system has no record of the service, a
+    root process running the installed C(crio); null when none was found.
+  returned: always
+  type: str
+  sample: systemd (MainPID of crio)
 msg:
   description: What was found and done, in one line.
   returned: always

@@ -32,7 +32,8 @@ description:
     never through a link; fsync; rename) and keep owner, mode (set on the open file, never by path) and SELinux
     context. Any write failure (read-only or full file system, permission, immutable file) fails naming the file,
     with the file as it was and no temporary file left.
-    Concurrent runs on one host are serialised by a lock on the file's directory (no lock file).
+    Concurrent runs on one host are serialised by a lock only root can open (a file in C(/run/gpufleet-locks),
+    mode 0700), never by a lock on the file's directory, which any user could hold.
   - With O(apply=auto) the module asks the running dockerd (C(GET /info) on its API socket) whether it already runs
     what the file says. If it does, nothing is signalled, even when the file was changed by an earlier run that never
     applied it. Additions and changes are applied by a reload (SIGHUP), so running containers keep running; a removal
@@ -157,7 +158,11 @@ notes:
   - Only what this module manages is compared with the running dockerd (C(/info) C(Runtimes), C(DefaultRuntime),
     and C(CDISpecDirs) for O(cdi) on dockerd 25 and later). Older dockerd does not report C(features), so a change of
     C(features.cdi) there is applied by a reload when this run changes it, and cannot be verified.
-  - The dockerd PID is read from C(/var/run/docker.pid), else found in C(/proc).
+  - B(dockerd) is the process the init system names (systemd's C(MainPID), Upstart's C(initctl status), else the
+    root-owned pid file C(/var/run/docker.pid)), and only when it is a root process of the host's PID namespace
+    running the installed C(dockerd), a file only root can change; only when the init system has no record of
+    the service at all, a root process running that file. Never a process by its name or arguments;
+    RV(dockerd_found_by) says which evidence was used.
   - Requires root on the managed host.
 seealso:
   - name: Docker daemon configuration file
@@ -242,6 +247,13 @@ dockerd_pid_before:
   returned: always
   type: int
   sample: 1234
+dockerd_found_by:
+  description: How the process in RV(dockerd_pid_before) was identified, in words - systemd's MainPID, Upstart's
+    C(initctl status), a root-owned pid file (named), or, only when the init system has no record of the service, a
+    root process running the installed C(dockerd); null when none was found.
+  returned: always
+  type: str
+  sample: systemd (MainPID of docker)
 dockerd_pid_after:
   description: PID of dockerd after the run (the same as before after a reload).
   returned: always

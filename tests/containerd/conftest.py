@@ -51,6 +51,17 @@ def settings(base):
             % (base, base, base))
 
 
+@pytest.fixture(scope='session', autouse=True)
+def private_lock_dir(tmp_path_factory):
+    """``_host.LOCK_DIR`` (/run/gpufleet-locks) for this session: a private 0700 directory, for every module
+    run in-process or as a child process; the machine's /run is never touched."""
+    path = str(tmp_path_factory.mktemp('gpufleet-locks'))
+    os.chmod(path, 0o700)
+    os.environ['GPUFLEET_LOCK_DIR'] = path
+    yield path
+    os.environ.pop('GPUFLEET_LOCK_DIR', None)
+
+
 class LabContainerd(PrivateDaemon):
     """One private containerd reading ``base/config.toml``."""
 

@@ -49,6 +49,17 @@ def _skip_reason():
     return None
 
 
+@pytest.fixture(scope='session', autouse=True)
+def private_lock_dir(tmp_path_factory):
+    """``_host.LOCK_DIR`` (/run/gpufleet-locks) for this session: a private 0700 directory, for every module
+    run in-process or as a child process; the machine's /run is never touched."""
+    path = str(tmp_path_factory.mktemp('gpufleet-locks'))
+    os.chmod(path, 0o700)
+    os.environ['GPUFLEET_LOCK_DIR'] = path
+    yield path
+    os.environ.pop('GPUFLEET_LOCK_DIR', None)
+
+
 class LabDockerd(PrivateDaemon):
     """One private dockerd. ``flags`` are extra dockerd flags."""
 
@@ -78,7 +89,7 @@ class LabDockerd(PrivateDaemon):
 
     def pid(self):
         pid = _host.read_pid_file(self.pidfile)
-        if pid and dockerd.is_dockerd(pid):
+        if pid and _host.process_name(pid) == 'dockerd':
             return pid
         return None
 

@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import signal
 import subprocess
 
@@ -224,3 +225,48 @@ def test_the_persistence_service_finds_its_daemon_by_the_pid_file_and_its_syslog
     persistence = deploy.persistence_service('sysvinit', 'nvidia-persistenced', Host(), {})
     assert persistence.is_running() and persistence.pid() == 4321 and asked == [pd.PID_FILE] * 2
     assert persistence.log_files == pd.SYSLOG_FILES and persistence.log_filter == 'persistenced'
+
+
+# --------------------------------------------------------------------------
+# Which process the init system names (tests/security/test_service_identity.py runs real processes)
+# --------------------------------------------------------------------------
+
+SHOW = 'systemctl show -p LoadState -p MainPID nvidia-persistenced'
+
+
+@pytest.mark.parametrize('answer, expected', [
+    ((0, 'LoadState=loaded\nMainPID=812\n', ''), (812, 'systemd (MainPID of nvidia-persistenced)')),
+    ((0, 'MainPID=0\nLoadState=loaded\n', ''), (None, 'systemd (MainPID of nvidia-persistenced)')),  # stopped
+    ((0, 'LoadState=not-found\nMainPID=0\n', ''), (None, None)),  # no such unit: no record
+    ((1, '', 'Failed to connect to bus'), (None, None)),
+])
+def test_systemd_names_its_main_pid(answer, expected):
+    assert service('systemd', Host({SHOW: answer}), pid_files=()).reported_pid() == expected
+
+
+@pytest.mark.parametrize('answer, expected', [
+    ((0, 'nvidia-persistenced start/running, process 977\n', ''), (977, 'Upstart (initctl status nvidia-persistenced)')),
+    ((0, 'nvidia-persistenced start/running\n', ''), (None, 'Upstart (initctl status nvidia-persistenced)')),
+    ((0, 'nvidia-persistenced stop/waiting\n', ''), (None, 'Upstart (initctl status nvidia-persistenced)')),
+    ((1, '', 'initctl: Unknown job: nvidia-persistenced\n'), (None, None)),  # a SysV script run by rc: no job
+])
+def test_upstart_names_its_main_process(answer, expected):
+    host = Host({'initctl status nvidia-persistenced': answer})
+    assert service('upstart', host, pid_files=()).reported_pid() == expected
+
+
+def test_sysv_takes_the_scripts_pid_file_and_only_roots(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip('needs root: the pid files must be root-owned')
+    script_dir = tmp_path / 'init.d'
+    script_dir.mkdir()
+    pid_file = tmp_path / 'lab.pid'
+    pid_file.write_text('4321\n')
+    (script_dir / 'nvidia-persistenced').write_text('#!/bin/sh\nNAME=x\nPIDFILE=%s\n. /lib/lsb/init-functions\n'
+                                                    % pid_file)
+    sysv = service('sysvinit', Host(), script_dir=str(script_dir), pid_files=(str(tmp_path / 'missing.pid'),))
+    assert sysv.reported_pid() == (4321, 'the root-owned pid file %s' % pid_file)
+    os.chown(str(pid_file), 4242, 4242)
+    assert sysv.reported_pid() == (None, None)  # another user's pid file is no record
+    (script_dir / 'nvidia-persistenced').chmod(0o666)
+    assert sysv.script_pid_file() is None  # nor is a script every user can write
