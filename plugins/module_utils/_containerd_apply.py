@@ -193,7 +193,7 @@ class Converge(object):
         dschema = cd.dump_schema(version)
         if not check_mode and request.state == 'present' and _host.ensure_directory(real):
             result['changed'] = True
-        with _host.directory_lock(real):
+        with _host.directory_lock(real, check_mode=check_mode):
             current = _host.read_file(request.path, real, cd.MAX_CONFIG_BYTES, reader='containerd')
             text = current.text if current.exists else ''
             config = cd.Config(text, request.path)

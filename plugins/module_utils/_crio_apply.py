@@ -208,7 +208,7 @@ class Converge(object):
         result['crio_version'] = '.'.join(str(part) for part in version) if version else None
         if not check_mode and request.state == 'present' and _host.ensure_directory(real):
             result['changed'] = True
-        with _host.directory_lock(real):
+        with _host.directory_lock(real, check_mode=check_mode):
             if not check_mode:
                 _host.remove_stale_temps(real)  # an earlier version made its temp files in the drop-in directory
             sources, current = read_sources(request)

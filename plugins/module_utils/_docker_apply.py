@@ -150,7 +150,7 @@ class Converge(object):
         real = _host.resolve_path(request.path, reader='dockerd')
         if not check_mode and _host.ensure_directory(real):
             result['changed'] = True
-        with _host.directory_lock(real):
+        with _host.directory_lock(real, check_mode=check_mode):
             current = read_config(request.path, real)
             merged = request.merge(current.text)
             self.warnings.extend(merged.warnings)

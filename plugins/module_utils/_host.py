@@ -57,8 +57,9 @@ DIRECTORY = getattr(os, 'O_DIRECTORY', 0)
 NONBLOCK = getattr(os, 'O_NONBLOCK', 0)
 _TEMP_SUFFIX = '.tmp'
 PRIVATE_SUFFIX = '.gpufleet'
-# Our lock files: a directory only root can open (0700), in /run (root's, emptied at boot).
-LOCK_DIR = '/run/gpufleet-locks'
+# Our lock files: a directory only root can open (0700), in /run (root's, emptied at boot); /var/run on hosts
+# older than /run (EL6).
+LOCK_DIR = '/run/gpufleet-locks' if os.path.isdir('/run') else '/var/run/gpufleet-locks'
 # Tests point this at a private directory; it is read from root's own environment only.
 LOCK_DIR_VARIABLE = 'GPUFLEET_LOCK_DIR'
 
@@ -392,14 +393,20 @@ def lock_name(directory):
 
 
 @contextlib.contextmanager
-def directory_lock(path, timeout=120.0):
+def directory_lock(path, timeout=120.0, check_mode=False):
     """Exclusive flock that serialises our writers of the file's directory.
 
     The lock is a file of ``LOCK_DIR`` (0700 root) named after the directory,
     never the directory itself: anyone can open a 0755 directory and flock it,
     which would hold every root run up. The lock file stays (an unlinked lock
     file would let two writers each lock a different file).
+
+    Check mode takes no lock: it writes nothing (not even a lock file), and what it reads, a writer only ever
+    replaces whole (rename), so it sees the file before or after a write, never half of one.
     """
+    if check_mode:
+        yield
+        return
     directory = os.path.dirname(os.path.abspath(path))
     dfd, lock_dir = open_lock_directory()
     name = os.path.join(lock_dir, lock_name(directory))
