@@ -13,6 +13,8 @@ __metaclass__ = type
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -430,20 +432,29 @@ def test_a_missing_runtime_binary_is_refused_only_as_the_default(host):
 
 # ---- nothing of ours in the drop-in directory CRI-O reads whole ---------------------------------
 
+KILLED_AT_RENAME = r"""
+import os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import test_crio as t
+host, backup = sys.argv[2], sys.argv[3] == 'True' or None
+req = t.request(path=os.path.join(host, 'crio.conf.d', '99-nvidia.conf'), config_path=os.path.join(host, 'crio.conf'),
+                config_dir=os.path.join(host, 'crio.conf.d'), apply='none', default_runtime=True)
+run = t.apply.Converge(req, t.FakeService(), t.FakeTools(), backup=backup, backup_dir=host,
+                       find=lambda *a: (None, None, None), runtime_exists=lambda path: True)
+os.rename = lambda *args, **kw: os._exit(137)  # every rename ends the process on the spot
+run.run()
+os._exit(1)
+"""
+
+
 def killed_at_rename(host, backup):
-    """A run killed (no cleanup at all, as SIGKILL) at its first rename: what it leaves behind."""
-    req = request(path=str(host / 'crio.conf.d' / '99-nvidia.conf'), config_path=str(host / 'crio.conf'),
-                  config_dir=str(host / 'crio.conf.d'), apply='none', default_runtime=True)
-    run = apply.Converge(req, FakeService(), FakeTools(), backup=backup, backup_dir=str(host),
-                         find=lambda *a: (None, None, None), runtime_exists=lambda path: True)
-    pid = os.fork()
-    if pid == 0:  # the child: every rename ends the process on the spot
-        try:
-            os.rename = lambda *args, **kw: os._exit(137)
-            run.run()
-        finally:
-            os._exit(1)
-    assert os.waitpid(pid, 0)[1] >> 8 == 137
+    """A run killed (no cleanup at all, as SIGKILL) at its first rename: what it leaves behind.
+
+    In a fresh interpreter (not a fork of this one, which may hold other threads' locks, pytest-xdist's among them).
+    """
+    done = subprocess.run([sys.executable, '-c', KILLED_AT_RENAME, os.path.abspath(__file__), str(host), str(backup)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 137, done.stderr
 
 
 @pytest.mark.parametrize('backup', [None, True])
