@@ -203,7 +203,8 @@ def step_lab(release, inventory, reports):
         rows = drift_rows(report)
         reports.setdefault(name, {})[release.version] = rows
         log('%s: drift.yml (%s): %s' % (release.version, name, ', '.join(
-            '%s %s%s' % (r['host'], r['status'], ' %s' % r['errors'] if r['errors'] else '') for r in rows)))
+            '%s %s%s' % (r['host'], r['status'], ''.join(' (%s: %.60s...)' % item for item in sorted(r['errors'].items())))
+            for r in rows)))
     out = subprocess.run(['ansible-playbook', '-i', inventory, '-e', 'gpu_node_drift_only=true',
                           os.path.join(release.tree, 'playbooks', 'site.yml')],
                          cwd=release.work, env=release.env(), capture_output=True, text=True)
