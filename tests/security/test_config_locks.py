@@ -48,8 +48,8 @@ RUN = textwrap.dedent(r'''
     sys.path.insert(0, sys.argv[1])
     engine, path, check = sys.argv[2], sys.argv[3], sys.argv[4] == 'check'
 
-    def run(argv):
-        proc = subprocess.run(argv, capture_output=True, text=True)
+    def run(argv, data=None):
+        proc = subprocess.run(argv, input=data, capture_output=True, text=True)
         return proc.returncode, proc.stdout, proc.stderr
 
     class NoService(object):

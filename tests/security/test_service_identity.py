@@ -62,10 +62,10 @@ class Module(object):
         self._diff = False
         self.warnings = []
 
-    def run_command(self, argv, environ_update=None):
+    def run_command(self, argv, environ_update=None, data=None):
         try:
-            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60,
-                                  env=dict(os.environ, **(environ_update or {})))
+            proc = subprocess.run(argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  timeout=60, env=dict(os.environ, **(environ_update or {})))
         except OSError as exc:
             return 127, "", str(exc)
         return proc.returncode, proc.stdout, proc.stderr
