@@ -395,14 +395,18 @@ def dotted(path):
 
 
 def scalar(value):
-    """A bool, int or str as TOML text."""
+    """A bool, int, float, str or an array of them as TOML text."""
     if isinstance(value, bool):
         return 'true' if value else 'false'
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float) and value == value and abs(value) != float('inf'):
+        return repr(value)
     if isinstance(value, str):
         return string(value)
-    raise DocumentError('cannot write %r as a TOML scalar' % (value,))
+    if isinstance(value, list):
+        return '[%s]' % ', '.join(scalar(item) for item in value)
+    raise DocumentError('cannot write %r as a TOML value' % (value,))
 
 
 class Splice(object):
