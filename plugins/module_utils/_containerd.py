@@ -656,8 +656,8 @@ def compare_effective(before, after, request, schema, want_default, want_runtime
                 problems.append('BinaryName of "%s" is %r' % (request.name, (runtime.get('options') or {}).get(
                     'BinaryName')))
             elif want_runtime is not None and runtime_settings(runtime) != want_runtime:
-                problems.append('the runtime "%s" is %s, not %s' % (request.name, runtime_settings(runtime),
-                                                                      want_runtime))
+                problems.append('the runtime "%s" is %s, not %s'
+                                % (request.name, runtime_settings(runtime), want_runtime))
     default = get(after, schema.containerd + ('default_runtime_name',))
     if want_default is not None and default != want_default:
         problems.append('default_runtime_name is %r, not %r' % (default, want_default))

@@ -30,6 +30,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
@@ -400,7 +401,7 @@ def scalar(value):
         return 'true' if value else 'false'
     if isinstance(value, int):
         return str(value)
-    if isinstance(value, float) and value == value and abs(value) != float('inf'):
+    if isinstance(value, float) and not math.isnan(value) and not math.isinf(value):
         return repr(value)
     if isinstance(value, str):
         return string(value)
