@@ -23,6 +23,7 @@ SPEC = dict(
     name=dict(type='str', default='nvidia'),
     runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
     default_runtime=dict(type='bool'),
+    take_over=dict(type='bool', default=False),
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
     apply=dict(type='str', default='auto', choices=['auto', 'restart', 'none']),
@@ -42,7 +43,7 @@ def run(module):
     request = _containerd_apply.Request(
         path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
         default_runtime=params['default_runtime'], state=params['state'], apply=params['apply'],
-        timeout=params['apply_timeout'])
+        timeout=params['apply_timeout'], take_over=params['take_over'])
     converge = _containerd_apply.Converge(request, service, programs, backup=params['backup'] or None,
                                           label=_host.selinux_labeller(module))
     return _module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))

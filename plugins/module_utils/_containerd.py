@@ -21,8 +21,15 @@ has the measurements these rules stand on).
   the file defines none, the block also carries the default runtimes
   (``runc``) as ``containerd config dump`` shows them, or the CRI plugin
   fails ("no corresponding runtime configured ... runc").
+* The new runtime copies the template runtime whole, as NVIDIA's tool does:
+  the default runtime the CRI plugin really uses (before this module made
+  its own the default), else ``runc``, else ``crun``; only ``BinaryName`` is
+  its own, and only a runc v2 runtime is a template.
 * ``default_runtime_name`` only on request, its previous value kept in a
   marker comment so that ``absent`` puts it back.
+* A runtime of that name already defined differently is refused, unless
+  ``take_over``: its lines are then commented out with a marker (kept for
+  ``absent``, which uncomments them) and the runtime is written in the block.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -46,8 +53,13 @@ BEGIN = '# BEGIN %s: added by Ansible, removed by state=absent' % MARK
 END = '# END %s' % MARK
 DEFAULT_MARK = '# %s: default_runtime_name was ' % MARK
 DEFAULT_ADDED = '# %s: default_runtime_name added' % MARK
-# Options of the default runtime the nvidia runtime inherits (the kubelet's cgroup driver must match).
-INHERITED_OPTIONS = ('SystemdCgroup',)
+# containerd's own default_runtime_name (1.x and 2.x), and the name the 1.x CRI plugin gives the deprecated
+# `default_runtime` table when it has a runtime_type (it then is the default, whatever default_runtime_name says).
+CONTAINERD_DEFAULT = 'runc'
+LEGACY_DEFAULT = 'default'
+# Where the template comes from after the default runtime, in NVIDIA's order.
+TEMPLATES = ('runc', 'crun')
+ZERO = ('', 0, False, [], {}, None)
 
 
 class Schema(object):
@@ -201,78 +213,205 @@ def find_block(text, path):
 
 
 class Plan(object):
-    """``text`` (the new file), ``changes`` (what changes, in words), ``warnings``."""
+    """``text`` (the new file), ``changes`` (what changes, in words), ``warnings``, ``runtime`` (the runtime's
+    settings, for ``present``)."""
 
-    def __init__(self, text, changes, warnings):
+    def __init__(self, text, changes, warnings, runtime=None):
         self.text = text
         self.changes = changes
         self.warnings = warnings
+        self.runtime = runtime
 
 
 def nonzero(options):
     """Runtime options without zero values: the dump lists every option, a file only those set."""
-    return dict((key, value) for key, value in (options or {}).items() if value not in ('', 0, False, [], {}, None))
+    return dict((key, value) for key, value in (options or {}).items() if value not in ZERO)
+
+
+def runtime_settings(runtime):
+    """A runtime table as a file writes it: every key (nested tables too) without zero values, which the dump
+    lists and a file leaves out."""
+    found = {}
+    for key, value in (runtime or {}).items():
+        if isinstance(value, dict):
+            value = runtime_settings(value)
+        if value not in ZERO:
+            found[key] = copy.deepcopy(value)
+    return found
+
+
+def carried_runtime(runtime):
+    """A runtime the block carries as the dump shows it: its settings, and its options whole, zeros included (what
+    the dump of the new file must show again)."""
+    found = runtime_settings(runtime)
+    found['runtime_type'] = runtime.get('runtime_type') or RUNC_V2
+    if runtime.get('options'):
+        found['options'] = copy.deepcopy(runtime['options'])
+    return found
 
 
 def runtime_lines(schema, name, runtime, indent):
-    lines = ['[%s]' % ts.dotted(schema.runtime(name)), '%sruntime_type = %s' % (indent, ts.scalar(runtime['runtime_type']))]
-    options = runtime.get('options') or {}
-    if options:
-        lines.append('%s[%s]' % (indent, ts.dotted(schema.runtime(name) + ('options',))))
-        for key in sorted(options):
-            lines.append('%s%s = %s' % (indent * 2, ts.quote_key(key), ts.scalar(options[key])))
+    return table_lines(schema.runtime(name), runtime, indent, 0)
+
+
+def table_lines(path, table, indent, depth):
+    """``[path]`` and its keys (sorted, values first), then its sub-tables, indented by depth."""
+    lines = ['%s[%s]' % (indent * depth, ts.dotted(path))]
+    tables = []
+    for key in sorted(table):
+        if isinstance(table[key], dict):
+            if table[key]:
+                tables.append(key)
+        else:
+            lines.append('%s%s = %s' % (indent * (depth + 1), ts.quote_key(key), ts.scalar(table[key])))
+    for key in tables:
+        lines += table_lines(path + (key,), table[key], indent, depth + 1)
     return lines
 
 
-def desired_runtime(request, before_runtimes, default_name):
-    """The nvidia runtime: runc v2 with BinaryName, and the default runtime's inherited options."""
-    source = before_runtimes.get('runc') or before_runtimes.get(default_name) or {}
-    options = {'BinaryName': request.runtime_path}
-    for key in INHERITED_OPTIONS:
-        value = (source.get('options') or {}).get(key)
-        if value not in (None, False, '', 0):
-            options[key] = value
-    return {'runtime_type': RUNC_V2, 'options': options}
+def cri_runtimes(values, schema):
+    """``(runtimes, default name)`` as the CRI plugin uses them. containerd 1.x's deprecated
+    ``containerd.default_runtime`` table, when it has a runtime_type, becomes the runtime "default" and the default,
+    whatever ``default_runtime_name`` says (measured in the configuration the 1.6 CRI plugin logs at start)."""
+    runtimes = get(values, schema.runtimes)
+    runtimes = dict(runtimes) if isinstance(runtimes, dict) else {}
+    default = get(values, schema.containerd + ('default_runtime_name',)) or CONTAINERD_DEFAULT
+    legacy = get(values, schema.containerd + ('default_runtime',))
+    if isinstance(legacy, dict) and legacy.get('runtime_type'):
+        runtimes[LEGACY_DEFAULT] = legacy
+        default = LEGACY_DEFAULT
+    return runtimes, default
+
+
+def default_before_ours(config, schema, effective_default):
+    """The default runtime as it was before this module made its own the default (the template follows it, so that
+    ``default_runtime: true`` does not change what the runtime copies on the next run)."""
+    entry = config.doc.entry(schema.containerd + ('default_runtime_name',))
+    if entry is None:
+        return effective_default
+    marker = marker_before(config, entry)
+    if marker is not None and marker[1] is not None:
+        try:
+            previous = _tomli.loads('v = ' + marker[1]).get('v')
+        except (_tomli.TOMLDecodeError, ValueError):
+            previous = None
+        return previous if isinstance(previous, str) else effective_default
+    if marker is not None or config.in_block(entry.start):
+        return CONTAINERD_DEFAULT
+    return effective_default
+
+
+def choose_template(runtimes, default_name, name):
+    """``(name, runtime)`` the new runtime copies, NVIDIA's order: the default runtime, runc, crun; never an nvidia*
+    runtime or the runtime itself, and only a runc v2 runtime (BinaryName is an option of the runc v2 shim)."""
+    for candidate in (default_name,) + TEMPLATES:
+        runtime = runtimes.get(candidate)
+        if candidate and candidate != name and not candidate.startswith('nvidia') and isinstance(runtime, dict) \
+                and runtime.get('runtime_type', RUNC_V2) == RUNC_V2:
+            return candidate, runtime
+    return None, {}
+
+
+def desired_runtime(request, template):
+    """The runtime: the template's settings whole, runc v2, with our BinaryName."""
+    want = runtime_settings(template)
+    want['runtime_type'] = RUNC_V2
+    want['options'] = dict(want.get('options') or {}, BinaryName=request.runtime_path)
+    return want
+
+
+def took_over_prefix(name):
+    """The marker that comments out, line by line, a definition of ``name`` taken over (``take_over``)."""
+    return '# %s took over %s: ' % (MARK, ts.quote_key(name))
+
+
+def take_over(config, schema, name, splice):
+    """Comment out every line that defines the runtime ``name`` outside our block; returns the line numbers."""
+    path = schema.runtime(name)
+    size = len(path)
+    spans = [(h.start, config.doc.table_end(h)) for h in config.doc.headers
+             if h.path[:size] == path and not config.in_block(h.start)]
+    spans += [(e.start, e.end) for e in config.doc.entries
+              if e.path[:size] == path and e.table[:size] != path and not config.in_block(e.start)]
+    prefix = took_over_prefix(name)
+    lines = []
+    for start, end in sorted(spans):
+        pos = start
+        while pos < end:
+            splice.insert(pos, prefix)
+            lines.append(config.line_of(pos))
+            newline = config.text.find('\n', pos, end)
+            pos = end if newline < 0 else newline + 1
+    return lines
+
+
+def restore_taken_over(config, name, splice):
+    """Uncomment the lines ``take_over`` commented out for ``name``; returns how many."""
+    found = list(re.finditer('(?m)^' + re.escape(took_over_prefix(name)), config.text))
+    for match in found:
+        splice.remove(match.start(), match.end())
+    return len(found)
+
+
+def check_legacy_default(config, request, schema, legacy_in_effect):
+    """``default_runtime: true`` has no effect while the deprecated ``default_runtime`` table is in effect."""
+    if not (request.default_runtime and legacy_in_effect):
+        return
+    table = schema.containerd + ('default_runtime',)
+    found = config.defined_outside_block(table)
+    where = 'line %d sets' % config.line_of(found[0].start) if found else 'a file it imports sets'
+    raise DocumentError(
+        '%s: %s the deprecated table [%s] (with a runtime_type): the CRI plugin then takes that table as its default '
+        'runtime, named "%s", whatever default_runtime_name says, so making "%s" the default would have no effect. '
+        'Nothing was changed; move that runtime to [%s.NAME] and set default_runtime_name = "NAME" in [%s], or '
+        'leave default_runtime unset to register "%s" beside it.'
+        % (config.path, where, ts.dotted(table), LEGACY_DEFAULT, request.name, ts.dotted(schema.runtimes),
+           ts.dotted(schema.containerd), request.name))
 
 
 def plan_present(config, request, schema, before, dschema):
     """The new text for ``state=present``; ``before`` is the effective configuration (the dump's values, in the
     dump's schema ``dschema``)."""
     path, doc = config.path, config.doc
-    before_runtimes = get(before, dschema.runtimes, {}) or {}
-    default_name = get(before, dschema.containerd + ('default_runtime_name',), 'runc')
+    dumped = get(before, dschema.runtimes, {}) or {}
+    runtimes, effective_default = cri_runtimes(before, dschema)
     changes, warnings = [], []
     check_extendable(config, schema)
-    want = desired_runtime(request, before_runtimes, default_name)
+    check_legacy_default(config, request, schema, effective_default == LEGACY_DEFAULT)
+    template_name, template = choose_template(runtimes, default_before_ours(config, schema, effective_default),
+                                              request.name)
+    want = desired_runtime(request, template)
     user_defined = config.defined_outside_block(schema.runtime(request.name))
     splice = ts.Splice(config.text)
     indent = doc.key_indent()
     lines = [BEGIN]
     if user_defined:
-        have = get(config.values, schema.runtime(request.name), {})
-        if have.get('runtime_type') != want['runtime_type'] or nonzero(have.get('options')) != want['options']:
+        have = runtime_settings(get(config.values, schema.runtime(request.name), {}))
+        if have != want and not request.take_over:
             raise DocumentError(
-                '%s: the runtime "%s" is already defined at line %d, differently (runtime_type %s, options %s; wanted '
-                'runtime_type %s, options %s). Nothing was changed; remove that definition or choose another name.'
-                % (path, request.name, config.line_of(user_defined[0].start), have.get('runtime_type'),
-                   nonzero(have.get('options')), want['runtime_type'], want['options']))
-    else:
-        defined = set(get(config.values, schema.runtimes, {}) or {})
-        if not config.defined_outside_block(schema.runtimes):
-            # The file defines no runtime: defining one replaces containerd's defaults, so carry them.
-            carried = [name for name in sorted(before_runtimes)
-                       if config.block is not None or name not in defined]
+                '%s: the runtime "%s" is already defined at line %d, differently (%s; wanted %s, copied from %s). '
+                'Nothing was changed; set take_over: true to have this module comment that definition out (kept in '
+                'the file for state=absent to put back) and write its own, or remove it, or choose another name.'
+                % (path, request.name, config.line_of(user_defined[0].start), have, want,
+                   'the runtime "%s"' % template_name if template_name else 'no runtime'))
+    if not user_defined or have != want:
+        if user_defined:
+            taken = take_over(config, schema, request.name, splice)
+            changes.append('the definition of runtime "%s" at lines %s commented out (state=absent puts it back)'
+                           % (request.name, ', '.join(str(line) for line in taken)))
+        own = schema.runtime(request.name)
+        if not [d for d in config.defined_outside_block(schema.runtimes) if d.path[:len(own)] != own]:
+            # The file defines no other runtime: defining one replaces containerd's defaults, so carry them.
+            carried = sorted(dumped)
         else:
             # The runtimes the block already holds (other names registered here) stay.
             carried = config.block_runtimes(schema)
         for name in carried:
-            if name != request.name and name in before_runtimes:
-                runtime = before_runtimes[name]
-                lines += runtime_lines(schema, name, {'runtime_type': runtime.get('runtime_type') or RUNC_V2,
-                                                      'options': runtime.get('options')}, indent)
+            if name != request.name and name in dumped:
+                lines += runtime_lines(schema, name, carried_runtime(dumped[name]), indent)
         lines += runtime_lines(schema, request.name, want, indent)
     lines.append(END)
-    default_lines = plan_default(config, request, schema, splice, indent, changes, warnings, default_name)
+    default_lines = plan_default(config, request, schema, splice, indent, changes, warnings, effective_default)
     if default_lines:
         lines[-1:-1] = default_lines
     if len(lines) > 2:
@@ -289,7 +428,7 @@ def plan_present(config, request, schema, before, dschema):
     elif config.block is not None:
         splice.remove(*config.block)
         changes.append('the empty block removed')
-    return Plan(splice.result(), changes, warnings)
+    return Plan(splice.result(), changes, warnings, want)
 
 
 def check_extendable(config, schema):
@@ -397,8 +536,8 @@ def plan_absent(config, request, schema):
         for name in config.block_runtimes(schema):
             if name != request.name:
                 runtime = get(config.values, schema.runtime(name)) or {}
-                lines += runtime_lines(schema, name, {'runtime_type': runtime.get('runtime_type') or RUNC_V2,
-                                                      'options': runtime.get('options')}, indent)
+                lines += runtime_lines(schema, name, dict(runtime, runtime_type=runtime.get('runtime_type') or RUNC_V2),
+                                       indent)  # as the file has it
         entry = config.doc.entry(key)
         if entry is not None and config.in_block(entry.start) and get(config.values, key) != request.name:
             lines += ['[%s]' % ts.dotted(schema.containerd),
@@ -413,7 +552,9 @@ def plan_absent(config, request, schema):
             not others or get(config.values, key) == request.name):
         restore_default(config, entry, splice)
         changes.append('default_runtime_name restored')
-    if config.defined_outside_block(schema.runtime(request.name)):
+    if restore_taken_over(config, request.name, splice):
+        changes.append('the definition of runtime "%s" this module took over put back' % request.name)
+    elif config.defined_outside_block(schema.runtime(request.name)):
         warnings.append('%s: the runtime "%s" is defined outside this module\'s block; it was left as it is.'
                         % (config.path, request.name))
     return Plan(splice.result(), changes, warnings)
@@ -497,10 +638,11 @@ def differences(before, after, path=()):
     return [] if before == after else ['%s changed' % ts.dotted(path)]
 
 
-def compare_effective(before, after, request, schema, want_default):
+def compare_effective(before, after, request, schema, want_default, want_runtime=None):
     """What differs between two dumps beyond what was asked; empty when only the runtime (and default) changed.
 
-    ``want_default``: the default_runtime_name the after dump must show (None: any runtime it names).
+    ``want_default``: the default_runtime_name the after dump must show (None: any runtime it names);
+    ``want_runtime``: the runtime's settings it must show (None: any with our runtime_type and BinaryName).
     """
     problems = differences(_normalise(before, schema, request.name), _normalise(after, schema, request.name))
     runtime = get(after, schema.runtime(request.name))
@@ -513,6 +655,9 @@ def compare_effective(before, after, request, schema, want_default):
             if (runtime.get('options') or {}).get('BinaryName') != request.runtime_path:
                 problems.append('BinaryName of "%s" is %r' % (request.name, (runtime.get('options') or {}).get(
                     'BinaryName')))
+            elif want_runtime is not None and runtime_settings(runtime) != want_runtime:
+                problems.append('the runtime "%s" is %s, not %s'
+                                % (request.name, runtime_settings(runtime), want_runtime))
     default = get(after, schema.containerd + ('default_runtime_name',))
     if want_default is not None and default != want_default:
         problems.append('default_runtime_name is %r, not %r' % (default, want_default))

@@ -43,7 +43,7 @@ class Request(object):
     """What the user asked for (the module's parameters)."""
 
     def __init__(self, path=cd.DEFAULT_PATH, name='nvidia', runtime_path='/usr/bin/nvidia-container-runtime',
-                 default_runtime=None, state='present', apply='auto', timeout=60.0):
+                 default_runtime=None, state='present', apply='auto', timeout=60.0, take_over=False):
         self.path = path
         self.name = name
         self.runtime_path = runtime_path
@@ -51,6 +51,7 @@ class Request(object):
         self.state = state
         self.apply = apply
         self.timeout = timeout
+        self.take_over = take_over
 
 
 # (containerd, path, the file's bytes) -> dump answer (Tools.dump), once remember_dumps() was called in this
@@ -220,7 +221,7 @@ class Converge(object):
                 self.warnings.append('the runtime binary "%s" was not found on this host; containerd accepts the '
                                      'runtime but containers that use it will fail. Install the %s package.'
                                      % (request.runtime_path, cd.RUNTIME_PACKAGE))
-            effective = self.check_effective(real, planned.text, before, dschema) if file_changed else before
+            effective = self.check_effective(real, planned, before, dschema) if file_changed else before
             self.report_runtimes(effective, dschema)
             pid = self.service.pid()
             result['containerd_pid_before'] = pid
@@ -285,11 +286,11 @@ class Converge(object):
                                     'directory of their own.' % (self.request.path, pattern, os.path.dirname(real),
                                                                  name))
 
-    def check_effective(self, real, text, before, dschema):
+    def check_effective(self, real, planned, before, dschema):
         """Dump the planned text, given on standard input (written nowhere): only the runtime (and default) may
         change. Its relative imports are made absolute first: containerd resolves them against the file's own
         directory."""
-        after, error = self.tools.dump_text(cd.probe_text(text, self.request.path, os.path.dirname(real)))
+        after, error = self.tools.dump_text(cd.probe_text(planned.text, self.request.path, os.path.dirname(real)))
         if after is None:
             raise DocumentError('%s: containerd refuses the planned file, which was not written: %s'
                                 % (self.request.path, error))
@@ -300,7 +301,7 @@ class Converge(object):
             want_default = cd.get(before, dschema.containerd + ('default_runtime_name',))
         else:
             want_default = None  # restored to what it was before this module set it
-        problems = cd.compare_effective(before, after, self.request, dschema, want_default)
+        problems = cd.compare_effective(before, after, self.request, dschema, want_default, planned.runtime)
         if problems:
             raise DocumentError('%s: the planned change would also change containerd\'s effective configuration '
                                 '(per `containerd config dump`): %s. Nothing was written.'
@@ -309,9 +310,8 @@ class Converge(object):
 
     def report_runtimes(self, effective, dschema):
         """The runtimes and default runtime of the effective configuration (the planned one when it changes)."""
-        runtimes = cd.get(effective, dschema.runtimes) or {}
-        self.result.update(runtimes=sorted(runtimes) if isinstance(runtimes, dict) else None,
-                           default_runtime=cd.get(effective, dschema.containerd + ('default_runtime_name',)))
+        runtimes, default = cd.cri_runtimes(effective, dschema)
+        self.result.update(runtimes=sorted(runtimes), default_runtime=default)
 
     def write(self, real, current, text):
         self.result['backup_file'] = _host.replace_config(real, text, current, self.backup, self.label)

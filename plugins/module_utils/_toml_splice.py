@@ -30,6 +30,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
@@ -395,14 +396,18 @@ def dotted(path):
 
 
 def scalar(value):
-    """A bool, int or str as TOML text."""
+    """A bool, int, float, str or an array of them as TOML text."""
     if isinstance(value, bool):
         return 'true' if value else 'false'
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float) and not math.isnan(value) and not math.isinf(value):
+        return repr(value)
     if isinstance(value, str):
         return string(value)
-    raise DocumentError('cannot write %r as a TOML scalar' % (value,))
+    if isinstance(value, list):
+        return '[%s]' % ', '.join(scalar(item) for item in value)
+    raise DocumentError('cannot write %r as a TOML value' % (value,))
 
 
 class Splice(object):

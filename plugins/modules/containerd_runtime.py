@@ -24,7 +24,13 @@ description:
   - The schema follows the installed containerd and the file. containerd 1.x; version 1 files get
     C(plugins.cri) tables, version 2 files C(plugins."io.containerd.grpc.v1.cri"); a C(version = 3) file is refused on
     containerd 1.x, which ignores its tables without a word. containerd 2.x; version 2 or 3 (C(io.containerd.cri.v1.runtime)).
-  - The runtime inherits the default runtime's C(SystemdCgroup) (the kubelet's cgroup driver must match). When the file
+  - The runtime copies a template runtime whole, as NVIDIA's C(nvidia-ctk runtime configure) does (C(SystemdCgroup),
+    which must match the kubelet's cgroup driver, C(privileged_without_host_devices), C(NoPivotRoot), C(Root),
+    C(sandboxer) and every other setting), with its own C(BinaryName). The template is the default runtime the CRI
+    plugin really uses (containerd 1.x's deprecated C(default_runtime) table when it has a C(runtime_type); the
+    default before this module made its own the default), else C(runc), else C(crun); never an C(nvidia*) runtime,
+    and only a runc v2 runtime (C(BinaryName) is an option of the runc v2 shim). Settings come from the effective
+    configuration (C(config dump)), imported files included. When the file
     defines no runtime at all, the block also carries containerd's default runtimes (C(runc)) as containerd reports
     them; defining one runtime replaces containerd's defaults, and the CRI plugin fails when its default runtime is gone.
   - B(Checked with containerd itself before writing.) The planned text is given to C(containerd --config /dev/stdin
@@ -32,7 +38,8 @@ description:
     made absolute for it, as containerd resolves them against the file's directory), and it must show the same
     effective configuration as before except the runtime (and C(default_runtime_name) when asked); otherwise nothing
     is written. Invalid TOML, a runtime of that name already
-    defined differently, a C(runtimes) table written inline, or (containerd 1.x) an imported file that carries the CRI
+    defined differently (unless O(take_over)), O(default_runtime=true) while containerd 1.x's deprecated
+    C(default_runtime) table is in effect, a C(runtimes) table written inline, or (containerd 1.x) an imported file that carries the CRI
     table make the module fail with the file untouched.
   - B(Apply.) containerd has no reload; it is restarted through the init system, only when the effective configuration
     differs from what the running containerd started with, that is when this run changed the file, or when a file it
@@ -86,10 +93,20 @@ options:
       - V(true) sets it (the previous value is kept in a marker comment); V(false) puts back what this module changed;
         omitted leaves it as it is.
     type: bool
+  take_over:
+    description:
+      - What to do when the runtime O(name) is already defined in the file, outside this module's block, differently
+        (for example by an older toolkit installer, with another C(BinaryName)).
+      - V(false) refuses, with the file untouched.
+      - V(true) comments every line of that definition out, behind a marker comment (kept in the file), and writes
+        the runtime in the block; O(state=absent) removes the block and uncomments those lines, which gives back the
+        old definition byte for byte.
+    type: bool
+    default: false
   state:
     description:
       - V(present) registers the runtime; V(absent) removes exactly what this module added (the block, and its
-        C(default_runtime_name) change).
+        C(default_runtime_name) change) and puts back a definition O(take_over) commented out.
     type: str
     choices: [present, absent]
     default: present
@@ -143,6 +160,10 @@ EXAMPLES = r'''
 - name: Write the file only; restart containerd later in a window
   gpufleet.nvidia.containerd_runtime:
     apply: none
+
+- name: Update an nvidia entry an older toolkit installer wrote (kept, commented out, for state=absent)
+  gpufleet.nvidia.containerd_runtime:
+    take_over: true
 
 - name: Remove exactly what was added
   gpufleet.nvidia.containerd_runtime:

@@ -209,3 +209,93 @@ def test_changed_since_counts_only_changes_after_the_start(tmp_path):
     assert _host.changed_since([str(path)], ctime + 1, tick=0.01) == []
     assert _host.changed_since([str(path)], ctime - 1, tick=0.01) == [str(path)]
     assert _host.changed_since([str(tmp_path / 'missing')], ctime, tick=0.01) == [str(tmp_path / 'missing')]
+
+
+def effective(runtimes, default='runc', legacy=None):
+    """A dump's CRI runtimes (schema 2), as containerd 1.6 lists them (zero values included)."""
+    containerd = {'default_runtime_name': default, 'runtimes': runtimes,
+                  'default_runtime': legacy or {'runtime_type': '', 'options': {}}}
+    return {'plugins': {'io.containerd.grpc.v1.cri': {'containerd': containerd}}}
+
+
+def runc(**options):
+    return {'runtime_type': 'io.containerd.runc.v2', 'privileged_without_host_devices': False, 'runtime_root': '',
+            'pod_annotations': [], 'options': options}
+
+
+@pytest.mark.parametrize('default, runtimes, template', [
+    ('custom', {'runc': runc(), 'custom': runc(SystemdCgroup=True)}, 'custom'),
+    ('nvidia', {'runc': runc(SystemdCgroup=True), 'nvidia': runc(BinaryName='x')}, 'runc'),
+    ('nvidia-legacy', {'crun': runc(BinaryName='/usr/bin/crun')}, 'crun'),
+    ('kata', {'kata': dict(runc(), runtime_type='io.containerd.kata.v2'), 'runc': runc()}, 'runc'),
+    ('runc', {}, None),
+])
+def test_the_template_is_the_default_then_runc_then_crun_and_only_runc_v2(default, runtimes, template):
+    assert cd.choose_template(runtimes, default, 'nvidia')[0] == template
+
+
+def test_the_template_is_copied_whole_but_binary_name_and_runtime_type():
+    template = dict(runc(SystemdCgroup=True, NoPivotRoot=True, BinaryName='/usr/bin/crun'),
+                    privileged_without_host_devices=True, pod_annotations=['a/*'], sandboxer='podsandbox')
+    want = cd.desired_runtime(apply.Request(runtime_path=RUNTIME), template)
+    assert want == {'runtime_type': 'io.containerd.runc.v2', 'privileged_without_host_devices': True,
+                    'pod_annotations': ['a/*'], 'sandboxer': 'podsandbox',
+                    'options': {'SystemdCgroup': True, 'NoPivotRoot': True, 'BinaryName': RUNTIME}}
+    text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  runtime_type = "x"\n'
+    plan, _schema = planned(text, before=effective({'runc': template}))
+    block = plan.text[len(text):]
+    assert '  pod_annotations = ["a/*"]\n' in block and '    NoPivotRoot = true\n' in block
+    assert cd.loads(plan.text, 'x')['plugins']['io.containerd.grpc.v1.cri']['containerd']['runtimes']['nvidia'] == want
+
+
+def test_the_template_stays_the_default_this_module_replaced():
+    text = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "custom"\n'
+            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.custom]\n  runtime_type = "io.containerd.runc.v2"\n')
+    runtimes = {'runc': runc(), 'custom': runc(SystemdCgroup=True)}
+    first, _schema = planned(text, default_runtime=True, before=effective(runtimes, 'custom'))
+    again, _schema = planned(first.text, default_runtime=True,
+                             before=effective(dict(runtimes, nvidia=first.runtime), 'nvidia'))
+    assert first.runtime['options']['SystemdCgroup'] is True
+    assert again.text == first.text
+
+
+def test_the_deprecated_default_runtime_table_is_the_default_and_default_runtime_true_is_refused():
+    text = 'version = 1\n[plugins.cri.containerd.default_runtime]\n  runtime_type = "io.containerd.runc.v2"\n'
+    before = effective({'runc': runc()}, legacy=runc(SystemdCgroup=True))
+    assert cd.cri_runtimes(before, cd.SCHEMAS[2])[1] == 'default'
+    with pytest.raises(DocumentError, match='line 2 sets the deprecated table .*no effect'):
+        planned(text, default_runtime=True, before=before)
+    plan, _schema = planned(text, before=before)
+    assert plan.runtime['options'] == {'BinaryName': RUNTIME, 'SystemdCgroup': True}
+
+
+STALE = ('version = 2\r\n'
+         '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\r\n'
+         '  runc.runtime_type = "io.containerd.runc.v2"\r\n'
+         '  nvidia.runtime_type = "io.containerd.runc.v2"  # installer\r\n'
+         '  nvidia.options = { BinaryName = "/old/nvidia-container-runtime" }\r\n'
+         '  nvidia.pod_annotations = [\r\n'
+         '    "a/*",\r\n'
+         '  ]\r\n'
+         '\r\n'
+         '[debug]\r\n'
+         '  level = "info"')
+
+
+def test_an_existing_definition_is_taken_over_only_on_request_and_given_back_byte_for_byte():
+    before = effective({'runc': runc(), 'nvidia': runc(BinaryName='/old/nvidia-container-runtime')})
+    with pytest.raises(DocumentError, match='set take_over: true'):
+        planned(STALE, before=before)
+    config = cd.Config(STALE, 'config.toml')
+    request = apply.Request(path='config.toml', runtime_path=RUNTIME, take_over=True)
+    plan = cd.plan(config, request, cd.SCHEMAS[2], before, cd.SCHEMAS[2])
+    values = cd.loads(plan.text, 'x')
+    assert values['plugins']['io.containerd.grpc.v1.cri']['containerd']['runtimes']['nvidia'] == plan.runtime
+    assert values['debug'] == {'level': 'info'} and 'runc' in values['plugins']['io.containerd.grpc.v1.cri'][
+        'containerd']['runtimes']
+    assert plan.text.count(cd.took_over_prefix('nvidia')) == 5 and '\n' not in plan.text.replace('\r\n', '')
+    again = cd.plan(cd.Config(plan.text, 'config.toml'), request, cd.SCHEMAS[2], before, cd.SCHEMAS[2])
+    assert again.text == plan.text
+    gone = cd.plan(cd.Config(plan.text, 'config.toml'), apply.Request(state='absent'), cd.SCHEMAS[2], before,
+                   cd.SCHEMAS[2])
+    assert gone.text == STALE + '\r\n'  # the block's line ending stays (a file without one: see absent's rules)
