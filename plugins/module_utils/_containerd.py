@@ -102,6 +102,12 @@ def choose_schema(version, file_version, path):
                             % (path, file_version, shown))
     if file_version in (2, 3):
         return SCHEMAS[file_version]
+    if file_version is None:
+        raise DocumentError('%s has no "version" line (an empty file has none): containerd %s reads such a file as '
+                            'the deprecated version 1 and migrates it on every start, and this module writes versions '
+                            '2 and 3 only. Nothing was changed; put `version = 3` at the top of the file (an empty '
+                            'file: `version = 3` alone, or `containerd config default` output), then run again.'
+                            % (path, shown))
     raise DocumentError('%s says version = %s; the installed containerd %s reads versions 2 and 3. Nothing was '
                         'changed; run `containerd config migrate` or write version = 3.'
                         % (path, 1 if file_version is None else file_version, shown))
@@ -456,6 +462,31 @@ def plan_absent(config, request, schema):
         warnings.append('%s: the runtime "%s" is defined outside this module\'s block; it was left as it is.'
                         % (config.path, request.name))
     return Plan(splice.result(), changes, warnings)
+
+
+def dead_default(config, schema, after, dschema, request):
+    """For ``absent``: the refusal, with a way forward, when taking our lines out leaves ``default_runtime_name``
+    naming a runtime that no longer exists (``after``: the planned file's dump), which the CRI plugin refuses; None
+    when the default names a runtime."""
+    default = get(after, dschema.containerd + ('default_runtime_name',))
+    runtimes = sorted(get(after, dschema.runtimes) or {})
+    if default in runtimes:
+        return None
+    entry = config.doc.entry(schema.containerd + ('default_runtime_name',))
+    also = ''
+    if entry is None or config.in_block(entry.start):
+        where, how = 'set in a file %s imports' % config.path, 'in that file'
+    else:
+        where = 'line %d of %s' % (config.line_of(entry.start), config.path)
+        how = 'at line %d' % config.line_of(entry.start)
+        marker = marker_before(config, entry)
+        if marker is not None and marker[1] is not None:
+            where += ', the value it had before this module set "%s"' % request.name
+            also = ' and delete the comment line "%s..." above it' % DEFAULT_MARK.strip()
+    return ('%s: taking the runtime "%s" out would leave default_runtime_name = "%s" (%s), which names no runtime: '
+            'the CRI plugin would not start. Nothing was changed. To go on, set default_runtime_name %s to a runtime '
+            'that stays (%s) or remove it (containerd then uses "runc")%s, then run state=absent again.'
+            % (config.path, request.name, default, where, how, ', '.join(runtimes) or 'none is left', also))
 
 
 def plan(config, request, schema, before, dschema):

@@ -116,7 +116,8 @@ def test_schema_follows_the_binary_and_the_file(version, file_version, schema):
 
 @pytest.mark.parametrize('version, file_version, words', [
     (V16, 3, 'ignores the io.containerd.cri.v1'), (V16, 99, 'reads config versions 1 and 2'),
-    (V2, None, 'reads versions 2 and 3'), (None, 2, "cannot tell the installed containerd's version"),
+    (V2, None, 'has no "version" line'), (V2, 1, 'reads versions 2 and 3'),
+    (None, 2, "cannot tell the installed containerd's version"),
     (V16, '2', 'not a number')])
 def test_schemas_containerd_would_misread_are_refused(version, file_version, words):
     with pytest.raises(DocumentError, match=words):

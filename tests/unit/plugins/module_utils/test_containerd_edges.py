@@ -174,3 +174,35 @@ def test_any_file_present_twice_then_absent_gives_back_the_original_bytes(text, 
     again = plan(first.text, default_runtime=default_runtime, before=dump_of(text))
     assert again.text == first.text and not again.changes, again.changes
     assert plan(first.text, state='absent').text == text
+
+
+# ---- the messages ----------------------------------------------------------------------------------------------------
+
+def test_an_empty_file_on_containerd_2_is_refused_for_what_it_is():
+    config = cd.Config('', '/etc/containerd/config.toml')
+    with pytest.raises(DocumentError) as caught:
+        cd.choose_schema(V2, config.version, config.path)
+    message = str(caught.value)
+    assert 'has no "version" line (an empty file has none)' in message and 'version = 1' not in message
+    assert 'put `version = 3` at the top of the file' in message
+
+
+def test_absent_that_would_bring_back_a_broken_default_says_how_to_go_on():
+    # The site's own default named a runtime that does not exist; default_runtime: true replaced it and kept it in
+    # the marker. Putting it back would stop the CRI plugin: refused, naming the line and what to do.
+    text = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "custom"\n'
+            '  snapshotter = "overlayfs"\n')
+    added = plan(text, default_runtime=True, before=dump_of(text.replace('"custom"', '"runc"')))
+    config = cd.Config(added.text, 'config.toml')
+    back = plan(added.text, state='absent')
+    assert back.text == text
+    after = dump_of(text.replace('"custom"', '"runc"'))
+    cd.get(after, cd.SCHEMAS[2].containerd)['default_runtime_name'] = 'custom'
+    message = cd.dead_default(config, cd.SCHEMAS[2], after, cd.SCHEMAS[2], apply.Request(state='absent'))
+    assert ('would leave default_runtime_name = "custom" (line 4 of config.toml, the value it had before this module '
+            'set "nvidia")') in message
+    assert ('set default_runtime_name at line 4 to a runtime that stays (runc) or remove it (containerd then uses '
+            '"runc") and delete the comment line "%s..." above it, then run state=absent again'
+            % cd.DEFAULT_MARK.strip()) in message
+    assert cd.dead_default(config, cd.SCHEMAS[2], dump_of(text.replace('"custom"', '"runc"')), cd.SCHEMAS[2],
+                           apply.Request(state='absent')) is None
