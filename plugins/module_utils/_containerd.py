@@ -110,7 +110,7 @@ def choose_schema(version, file_version, path):
                             % (path, shown))
     raise DocumentError('%s says version = %s; the installed containerd %s reads versions 2 and 3. Nothing was '
                         'changed; run `containerd config migrate` or write version = 3.'
-                        % (path, 1 if file_version is None else file_version, shown))
+                        % (path, file_version, shown))
 
 
 # The plugin ids that make up the CRI service (1.x: "cri" is the short id containerd also accepts; 2.x: the

@@ -10,7 +10,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import shutil
 import time
 
 import pytest
@@ -55,10 +54,12 @@ def converge(host, service, exists, **kwargs):
 
 
 def test_a_main_file_nvidia_with_an_old_path_is_overridden_and_absent_brings_it_back(host):
-    # The old path is gone and nvidia is the default: CRI-O would not start. The drop-in is how CRI-O means it fixed.
+    # The old path is gone and nvidia is the default: CRI-O would not start. A later drop-in is CRI-O's own way to fix it.
     main_before = (host / 'crio.conf').read_bytes()
     service = FakeService(fail_on=lambda dropin: RUNTIME not in dropin)
-    exists = lambda path: path != OLD  # noqa: E731
+
+    def exists(path):
+        return path != OLD
     result = converge(host, service, exists)
     assert result['action'] == 'restart' and service.calls == ['restart'], result
     assert (host / 'crio.conf').read_bytes() == main_before
