@@ -5,10 +5,15 @@
 
 The daemon runs inside a private mount namespace (``unshare --mount
 --propagation private``, held open across restarts by a sleeping process and
-entered with ``nsenter``) with tmpfs over ``PRIVATE`` (the daemon's own
-directories under /etc, /var/lib and /run), and its own files under ``base``:
-nothing on the host changes. Every process it leaves behind (shims,
-container processes) is found by its private directory and ended by PID.
+entered with ``nsenter``) where ``COPY_ON_WRITE`` (/etc, /opt, /var/lib) are
+overlays whose writes land in a tmpfs of the namespace (containerd makes
+/opt/containerd and /etc/cni/net.d wherever its config does not say
+otherwise), with tmpfs over ``PRIVATE`` (the daemon's own directories, /run),
+and its own files under ``base``: nothing on the host changes.
+``host_paths``/``new_host_paths`` let a test layer check that (its session
+fails when a run leaves a new path there). Every process it leaves behind
+(shims, container processes) is found by its private directory and ended by
+PID.
 
 Subclasses give ``PRIVATE``, ``argv()`` (the daemon's command line),
 ``answers()`` (it serves its API) and ``pid()``.
@@ -21,6 +26,35 @@ import subprocess
 import time
 
 RESTART_WAIT = 30
+# Host directories the daemon sees as they are but writes only in its namespace (overlayfs, upper in a tmpfs).
+COPY_ON_WRITE = ('/etc', '/opt', '/var/lib')
+# How deep host_paths looks: /opt/containerd and /etc/cni/net.d are two levels down.
+WATCH_DEPTH = 2
+
+
+def host_paths(roots=COPY_ON_WRITE, depth=WATCH_DEPTH):
+    """Every path ``depth`` levels down (and above) under ``roots``, as a set (symlinks not followed)."""
+    found = set()
+    pending = [(root, 0) for root in roots]
+    while pending:
+        path, level = pending.pop()
+        if level >= depth:
+            continue
+        try:
+            names = os.listdir(path)
+        except OSError:
+            continue
+        for name in names:
+            child = os.path.join(path, name)
+            found.add(child)
+            if os.path.isdir(child) and not os.path.islink(child):
+                pending.append((child, level + 1))
+    return found
+
+
+def new_host_paths(before, roots=COPY_ON_WRITE, depth=WATCH_DEPTH):
+    """The paths under ``roots`` that ``host_paths`` did not list in ``before``, sorted."""
+    return sorted(host_paths(roots, depth) - before)
 
 
 def process_argv(pid):
@@ -50,6 +84,7 @@ class PrivateDaemon(object):
     """One private daemon under ``base``, logging to ``base/<log_name>``."""
 
     PRIVATE = ()
+    COPY_ON_WRITE = COPY_ON_WRITE
     NAME = 'the daemon'
 
     def __init__(self, base, log_name):
@@ -73,9 +108,17 @@ class PrivateDaemon(object):
         Container shims keep their sockets in its /run, so a restarted daemon finds them again.
         """
         if self.holder is None or self.holder.poll() is not None:
-            mounts = ' && '.join('{ [ ! -d %s ] || mount -t tmpfs tmpfs %s; }' % (path, path)
-                                 for path in self.PRIVATE)
-            script = '%s && echo ready && exec sleep 86400' % (mounts or 'true')
+            # The overlays' upper and work directories live in a tmpfs mounted (in the namespace only) on base/.cow.
+            cow = os.path.join(self.base, '.cow')
+            os.makedirs(cow, exist_ok=True)
+            mounts = ['mount -t tmpfs tmpfs %s' % cow]
+            for index, path in enumerate(self.COPY_ON_WRITE):
+                upper, work = '%s/%d/upper' % (cow, index), '%s/%d/work' % (cow, index)
+                mounts.append('{ [ ! -d %s ] || { mkdir -p %s %s && mount -t overlay overlay -o '
+                              'lowerdir=%s,upperdir=%s,workdir=%s %s; }; }' % (path, upper, work, path, upper, work,
+                                                                               path))
+            mounts += ['{ [ ! -d %s ] || mount -t tmpfs tmpfs %s; }' % (path, path) for path in self.PRIVATE]
+            script = '%s && echo ready && exec sleep 86400' % ' && '.join(mounts)
             self.holder = subprocess.Popen(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script],
                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                            stdin=subprocess.DEVNULL)

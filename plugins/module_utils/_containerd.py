@@ -51,6 +51,8 @@ RUNTIME_PACKAGE = 'nvidia-container-toolkit'
 MARK = 'gpufleet.nvidia containerd_runtime'
 BEGIN = '# BEGIN %s: added by Ansible, removed by state=absent' % MARK
 END = '# END %s' % MARK
+# Added to the BEGIN line when the file ended without a line ending: state=absent gives those exact bytes back.
+NO_FINAL_NEWLINE = ' (the file had no final newline)'
 DEFAULT_MARK = '# %s: default_runtime_name was ' % MARK
 DEFAULT_ADDED = '# %s: default_runtime_name added' % MARK
 # containerd's own default_runtime_name (1.x and 2.x), and the name the 1.x CRI plugin gives the deprecated
@@ -112,9 +114,15 @@ def choose_schema(version, file_version, path):
                             % (path, file_version, shown))
     if file_version in (2, 3):
         return SCHEMAS[file_version]
+    if file_version is None:
+        raise DocumentError('%s has no "version" line (an empty file has none): containerd %s reads such a file as '
+                            'the deprecated version 1 and migrates it on every start, and this module writes versions '
+                            '2 and 3 only. Nothing was changed; put `version = 3` at the top of the file (an empty '
+                            'file: `version = 3` alone, or `containerd config default` output), then run again.'
+                            % (path, shown))
     raise DocumentError('%s says version = %s; the installed containerd %s reads versions 2 and 3. Nothing was '
                         'changed; run `containerd config migrate` or write version = 3.'
-                        % (path, 1 if file_version is None else file_version, shown))
+                        % (path, file_version, shown))
 
 
 # The plugin ids that make up the CRI service (1.x: "cri" is the short id containerd also accepts; 2.x: the
@@ -163,6 +171,14 @@ class Config(object):
         self.doc = ts.scan(text, path)
         self.block = find_block(text, path)
         self.version = self.values.get('version')
+        # The BEGIN line a (re)written block gets: the block's own, so that a run keeps what it says.
+        self.begin_line = BEGIN
+        if self.block is not None:
+            begin = text.find(BEGIN, self.block[0])
+            self.begin_line = text[begin:text.find('\n', begin)].rstrip('\r')
+
+    def ends_without_newline(self):
+        return bool(self.text) and not self.text.endswith('\n')
 
     def defined_outside_block(self, prefix):
         """Headers or keys at or below ``prefix`` that are not in our block."""
@@ -383,8 +399,8 @@ def plan_present(config, request, schema, before, dschema):
     want = desired_runtime(request, template)
     user_defined = config.defined_outside_block(schema.runtime(request.name))
     splice = ts.Splice(config.text)
-    indent = doc.key_indent()
-    lines = [BEGIN]
+    indent = key_indent(config)
+    lines = [config.begin_line]
     if user_defined:
         have = runtime_settings(get(config.values, schema.runtime(request.name), {}))
         if have != want and not request.take_over:
@@ -480,7 +496,7 @@ def plan_default(config, request, schema, splice, indent, changes, warnings, def
     header = config.doc.header(schema.containerd)
     if header is not None and not config.in_block(header.start):
         pos = config.doc.table_end(header)
-        sub = header.indent + indent
+        sub = own_key_indent(config, header)
         splice.insert(pos, sub + DEFAULT_ADDED + config.doc.newline + sub + 'default_runtime_name = ' + want +
                       config.doc.newline)
         changes.append('default_runtime_name = "%s" added' % request.name)
@@ -492,6 +508,35 @@ def plan_default(config, request, schema, splice, indent, changes, warnings, def
                             'Nothing was changed; set it by hand.' % (config.path, ts.dotted(schema.containerd)))
     changes.append('default_runtime_name = "%s" added' % request.name)
     return ['[%s]' % ts.dotted(schema.containerd), '%sdefault_runtime_name = %s' % (indent, want)]
+
+
+def key_indent(config):
+    """The indentation of the block's keys under its headers (which start at column 0): the block's own when there
+    is one (a run never rewrites the block for its indentation), else the file's ``indent_step``."""
+    for entry in config.doc.entries:
+        if entry.table and config.in_block(entry.start):
+            return entry.indent
+    return indent_step(config)
+
+
+def indent_step(config):
+    """How much deeper than its header the file indents a key (two spaces when it does not tell), learnt from the
+    first key that is not one of our lines: what this module adds never changes what the next run learns."""
+    headers = config.doc.headers
+    for entry in config.doc.entries:
+        if not entry.table or config.in_block(entry.start) or marker_before(config, entry):
+            continue
+        above = [header for header in headers if header.start < entry.start][-1]
+        if entry.indent.startswith(above.indent) and entry.indent != above.indent:
+            return entry.indent[len(above.indent):]
+    return '  '
+
+
+def own_key_indent(config, header):
+    """The indentation of a key added to the table ``header``: that of its own last key, else one step deeper."""
+    own = [entry for entry in config.doc.entries if entry.table == header.path and entry.start > header.start
+           and not config.in_block(entry.start)]
+    return own[-1].indent if own else header.indent + indent_step(config)
 
 
 def marker_before(config, entry):
@@ -531,8 +576,8 @@ def plan_absent(config, request, schema):
         changes.append('the block of runtime "%s" removed' % request.name)
     elif config.block is not None and request.name in config.block_runtimes(schema):
         # Other runtimes registered here stay: the block is written again without this one.
-        indent = config.doc.key_indent()
-        lines = [BEGIN]
+        indent = key_indent(config)
+        lines = [config.begin_line]
         for name in config.block_runtimes(schema):
             if name != request.name:
                 runtime = get(config.values, schema.runtime(name)) or {}
@@ -560,11 +605,56 @@ def plan_absent(config, request, schema):
     return Plan(splice.result(), changes, warnings)
 
 
+def dead_default(config, schema, after, dschema, request):
+    """For ``absent``: the refusal, with a way forward, when taking our lines out leaves ``default_runtime_name``
+    naming a runtime that no longer exists (``after``: the planned file's dump), which the CRI plugin refuses; None
+    when the default names a runtime."""
+    default = get(after, dschema.containerd + ('default_runtime_name',))
+    runtimes = sorted(get(after, dschema.runtimes) or {})
+    if default in runtimes:
+        return None
+    entry = config.doc.entry(schema.containerd + ('default_runtime_name',))
+    also = ''
+    if entry is None or config.in_block(entry.start):
+        where, how = 'set in a file %s imports' % config.path, 'in that file'
+    else:
+        where = 'line %d of %s' % (config.line_of(entry.start), config.path)
+        how = 'at line %d' % config.line_of(entry.start)
+        marker = marker_before(config, entry)
+        if marker is not None and marker[1] is not None:
+            where += ', the value it had before this module set "%s"' % request.name
+            also = ' and delete the comment line "%s..." above it' % DEFAULT_MARK.strip()
+    return ('%s: taking the runtime "%s" out would leave default_runtime_name = "%s" (%s), which names no runtime: '
+            'the CRI plugin would not start. Nothing was changed. To go on, set default_runtime_name %s to a runtime '
+            'that stays (%s) or remove it (containerd then uses "runc")%s, then run state=absent again.'
+            % (config.path, request.name, default, where, how, ', '.join(runtimes) or 'none is left', also))
+
+
 def plan(config, request, schema, before, dschema):
-    """One dispatch for both states."""
+    """One dispatch for both states.
+
+    A file that ends without a line ending is planned as if it had one, and a block added to it says so on its
+    BEGIN line: the run that takes our lines out again (absent) takes that line ending out too, so the file gets
+    its exact bytes back.
+    """
+    work = config
+    if config.ends_without_newline():
+        work = Config(config.text + config.doc.newline, config.path)
+        if work.block is None:
+            work.begin_line = BEGIN + NO_FINAL_NEWLINE
     if request.state == 'absent':
-        return plan_absent(config, request, schema)
-    return plan_present(config, request, schema, before, dschema)
+        planned = plan_absent(work, request, schema)
+    else:
+        planned = plan_present(work, request, schema, before, dschema)
+    newline = config.doc.newline
+    if planned.text == work.text:
+        planned.text = config.text
+    elif BEGIN not in planned.text and planned.text.endswith(newline) and (
+            (work is not config and config.block is None)  # the line ending added above for planning
+            or (config.block is not None and config.block[1] == len(config.text)
+                and config.begin_line.endswith(NO_FINAL_NEWLINE))):  # the one the block's BEGIN line speaks of
+        planned.text = planned.text[:-len(newline)]
+    return planned
 
 
 # --------------------------------------------------------------------------

@@ -221,6 +221,7 @@ class Converge(object):
                 self.warnings.append('the runtime binary "%s" was not found on this host; containerd accepts the '
                                      'runtime but containers that use it will fail. Install the %s package.'
                                      % (request.runtime_path, cd.RUNTIME_PACKAGE))
+            self.planned_from = (config, schema)  # what check_effective names when absent would leave a dead default
             effective = self.check_effective(real, planned, before, dschema) if file_changed else before
             self.report_runtimes(effective, dschema)
             pid = self.service.pid()
@@ -295,6 +296,10 @@ class Converge(object):
             raise DocumentError('%s: containerd refuses the planned file, which was not written: %s'
                                 % (self.request.path, error))
         request = self.request
+        if request.state == 'absent':
+            dead = cd.dead_default(self.planned_from[0], self.planned_from[1], after, dschema, request)
+            if dead:
+                raise DocumentError(dead)
         if request.state == 'present' and request.default_runtime:
             want_default = request.name
         elif request.state == 'present' and request.default_runtime is None:

@@ -310,19 +310,25 @@ def plan_present(sources, request, version=None):
     name = request.name
     origin = base.origin(RUNTIMES + (name,))
     table = None
-    if origin is not None:
-        theirs = base.runtimes.get(name) or {}
-        if not isinstance(theirs, dict) or theirs.get('runtime_path') != request.runtime_path:
-            raise DocumentError(
-                '%s: the runtime "%s" is already defined at line %s, with runtime_path %r (wanted %r); CRI-O takes '
-                'the whole table from the file it reads last, so one of the two would silently lose. Nothing was '
-                'changed; remove that definition or choose another name.'
-                % (origin.path, name, origin.line_of(RUNTIMES + (name,)), theirs.get('runtime_path')
-                   if isinstance(theirs, dict) else theirs, request.runtime_path))
+    theirs = base.runtimes.get(name) if origin is not None else None
+    if origin is not None and isinstance(theirs, dict) and theirs.get('runtime_path') == request.runtime_path:
         warnings.append('%s defines the runtime "%s" with the same runtime_path; it was left as it is.'
                         % (origin.path, name))
+    elif origin is not None and not read_before(origin, request.path):
+        raise DocumentError(
+            '%s: the runtime "%s" is already defined at line %s, with runtime_path %r (wanted %r), in a file CRI-O '
+            'reads after %s: it takes the whole table from the file it reads last, so this drop-in would not count. '
+            'Nothing was changed; remove that definition, or give this drop-in a name that sorts after it.'
+            % (origin.path, name, origin.line_of(RUNTIMES + (name,)), theirs.get('runtime_path')
+               if isinstance(theirs, dict) else theirs, request.runtime_path, request.path))
     else:
         table = desired_runtime(base, request, warnings)
+        if origin is not None:
+            # CRI-O's own override: the drop-in, read later, replaces the earlier table whole; absent brings it back.
+            warnings.append('%s defines the runtime "%s" at line %s with runtime_path %r; %s, read after it, replaces '
+                            'that table whole (runtime_path %r). state=absent brings the earlier one back.'
+                            % (origin.path, name, origin.line_of(RUNTIMES + (name,)), theirs.get('runtime_path')
+                               if isinstance(theirs, dict) else theirs, request.path, request.runtime_path))
     want_default = request.default_runtime
     if want_default is None:
         want_default = ours is not None and get(ours.values, RUNTIME + ('default_runtime',)) == name
@@ -356,6 +362,11 @@ def plan_present(sources, request, version=None):
     return Plan(text, changes, warnings, before, after, table)
 
 
+def read_before(source, path):
+    """Whether CRI-O reads ``source`` before the drop-in ``path`` (the main file comes first)."""
+    return source.main or walk_order([source.path, path])[0] == source.path
+
+
 def placed_in_order(sources, path, text):
     """``sources`` with our drop-in's text replaced, or put where CRI-O's walk reads it (None: without it).
 
@@ -385,6 +396,11 @@ def plan_absent(sources, request, version=None):
     if ours is not None:
         changes.append('drop-in %s removed' % request.path)
         check_default(after, request.path)
+        theirs = after.runtimes.get(request.name)
+        if get(ours.values, RUNTIMES + (request.name,)) is not None and isinstance(theirs, dict):
+            warnings.append('the runtime "%s" is back as %s defines it (runtime_path %r).'
+                            % (request.name, after.origin(RUNTIMES + (request.name,)).path,
+                               theirs.get('runtime_path')))
     elif after.origin(RUNTIMES + (request.name,)) is not None:
         warnings.append('%s defines the runtime "%s"; it was not written by this module and was left as it is.'
                         % (after.origin(RUNTIMES + (request.name,)).path, request.name))

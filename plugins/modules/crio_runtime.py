@@ -24,8 +24,12 @@ description:
     file that has it. The module reads them all the same way, so the runtime follows the B(effective) default runtime
     (the deprecated C(conmon), C(conmon_cgroup) and C(conmon_env) win, as in CRI-O) and C(monitor_cgroup) is checked
     against C(cgroup_manager) (V(cgroupfs) takes C(pod) or empty, V(systemd) C(pod) or a C(.slice)).
-  - B(Refused, nothing changed.) Invalid TOML in any file (named); a runtime of that name defined in another file
-    with another C(runtime_path); a file at O(path) the module did not write; a O(path) outside O(config_dir), or a
+  - B(A runtime of that name in another file.) With the same C(runtime_path) it is left as it is. With another one
+    in a file CRI-O reads before the drop-in (C(crio.conf), or a drop-in whose name sorts first, for example an old
+    toolkit path), the drop-in's table replaces it whole, as CRI-O's drop-ins are meant to (a warning names it), and
+    O(state=absent) brings it back.
+  - B(Refused, nothing changed.) Invalid TOML in any file (named); a runtime of that name with another
+    C(runtime_path) in a file CRI-O reads after the drop-in (it would win); a file at O(path) the module did not write; a O(path) outside O(config_dir), or a
     running crio started with another C(--config-dir); O(default_runtime=true) when a file read later sets
     C(default_runtime); the runtime made default while its binary is missing (CRI-O would not start).
   - B(Apply.) crio.conf(5) documents the runtimes table and C(default_runtime) as reloaded on SIGHUP from CRI-O 1.26,

@@ -25,7 +25,7 @@ import tempfile
 
 import pytest
 
-from privatedaemon import PrivateDaemon
+from privatedaemon import PrivateDaemon, host_paths, new_host_paths
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 
@@ -136,6 +136,11 @@ def lab_containerd(request):
     head = marker.kwargs.get('head', '') if marker else ''
     newline = marker.kwargs.get('newline', '\n') if marker else '\n'
     text = 'version = 2\n' + head + settings(base) + body
+    if marker and marker.kwargs.get('grpc_last'):  # the lab's [grpc] table after the body's tables
+        top, grpc = settings(base).split('\n\n', 1)
+        text = 'version = 2\n' + head + top + '\n' + body + '\n' + grpc
+    if marker and marker.kwargs.get('final_newline') is False:
+        text = text.rstrip('\n')
     for name, content in (marker.kwargs.get('files', {}) if marker else {}).items():
         with open(os.path.join(base, name), 'w') as handle:
             handle.write(content)
@@ -162,5 +167,15 @@ def busybox_rootfs(lab_containerd):
 
 
 def pytest_configure(config):
-    config.addinivalue_line('markers', 'config_toml(body, head=, newline=, files=): the lab config.toml '
-                            '(version, head, its own paths, body) and files beside it')
+    config.addinivalue_line('markers', 'config_toml(body, head=, newline=, files=, grpc_last=, final_newline=): the '
+                            'lab config.toml (version, head, its own paths, body) and files beside it')
+
+
+@pytest.fixture(scope='session', autouse=True)
+def host_left_untouched():
+    """The run fails when it leaves a new path in /etc, /opt or /var/lib (two levels down): every daemon's writes
+    stay in its namespace. (Something else running on the machine at the same time would show here too.)"""
+    before = host_paths()
+    yield
+    left = new_host_paths(before)
+    assert not left, 'this containerd test run left new paths on the host, outside its namespaces: %s' % ', '.join(left)

@@ -162,9 +162,10 @@ def test_bad_toml_is_refused_naming_the_file():
         planned([main('typical.crio.conf'), dropin('bad.conf', '99-bad.conf')])
 
 
-def test_a_user_defined_nvidia_runtime_that_differs_is_refused():
-    with pytest.raises(DocumentError, match='50-nvidia.conf: the runtime "nvidia" is already defined at line 2'):
-        planned([main('typical.crio.conf'), dropin('user-nvidia.conf', '50-nvidia.conf')])
+def test_a_user_defined_nvidia_runtime_that_differs_in_a_later_file_is_refused():
+    # Read after our drop-in, its table would win: ours would not count (an earlier one is overridden: test_crio_edges).
+    with pytest.raises(DocumentError, match='99-zz-nvidia.conf: the runtime "nvidia" is already defined at line 2'):
+        planned([main('typical.crio.conf'), dropin('user-nvidia.conf', '99-zz-nvidia.conf')])
 
 
 def test_a_user_defined_nvidia_runtime_that_matches_is_left_alone():
