@@ -24,7 +24,7 @@ description:
   - The schema follows the installed containerd and the file. containerd 1.x; version 1 files get
     C(plugins.cri) tables, version 2 files C(plugins."io.containerd.grpc.v1.cri"); a C(version = 3) file is refused on
     containerd 1.x, which ignores its tables without a word. containerd 2.x; version 2 or 3 (C(io.containerd.cri.v1.runtime));
-    a file without a C(version) line (an empty one included) is refused there: put C(version = 3) at its top.
+    a file without a C(version) line (an empty one included) is refused there; put C(version = 3) at its top.
   - The runtime copies a template runtime whole, as NVIDIA's C(nvidia-ctk runtime configure) does (C(SystemdCgroup),
     which must match the kubelet's cgroup driver, C(privileged_without_host_devices), C(NoPivotRoot), C(Root),
     C(sandboxer) and every other setting), with its own C(BinaryName). The template is the default runtime the CRI
