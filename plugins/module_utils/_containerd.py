@@ -661,34 +661,46 @@ def plan(config, request, schema, before, dschema):
 # The effective configuration: what `containerd config dump` says
 # --------------------------------------------------------------------------
 
-def import_patterns(values, source, cwd):
+def relative_to_file(entry, globs_from_file):
+    """Whether containerd resolves the relative ``imports`` entry against the directory of the file naming it: a
+    file name always; a glob (``*``) on containerd 2.x only (1.6 globs against its working directory; 2.1.9 resolves
+    every relative entry against the file's directory, both measured with ``config dump``)."""
+    return not entry.startswith('/') and (globs_from_file or '*' not in entry)
+
+
+def globs_from_file(version):
+    """Whether this containerd (``(major, minor, ...)``, None when unknown: as 1.x) takes a relative glob from the
+    directory of the file naming it."""
+    return bool(version) and version[0] >= 2
+
+
+def import_patterns(values, source, cwd, globs_from_file=False):
     """The ``imports`` of a file's ``values`` as containerd resolves them: ``[(absolute pattern, is a glob)]``.
 
-    As containerd (1.6, ``resolveImports``) does: an entry with ``*`` is a glob (``filepath.Glob``, relative to
-    containerd's working directory, here ``cwd``); any other is a file name, relative to the directory of the file
-    ``source`` that names it.
+    An entry with ``*`` is a glob (``filepath.Glob``); a relative entry is taken from the directory of the file
+    ``source`` that names it (``relative_to_file``), else from containerd's working directory, here ``cwd``.
     """
     found = []
     for entry in values.get('imports') or []:
         if not isinstance(entry, str) or not entry:
             continue
-        glob = '*' in entry
-        base = cwd if glob else posixpath.dirname(source)
-        found.append((posixpath.normpath(posixpath.join(base, entry)), glob))
+        base = posixpath.dirname(source) if relative_to_file(entry, globs_from_file) else cwd
+        found.append((posixpath.normpath(posixpath.join(base, entry)), '*' in entry))
     return found
 
 
-def probe_text(text, path, directory):
-    """``text`` to be read from standard input as if it were the file ``path`` in ``directory``: its relative file
-    imports (not globs) made absolute; every other byte as it is."""
+def probe_text(text, path, directory, globs_from_file=False):
+    """``text`` to be read from standard input as if it were the file ``path`` in ``directory``: the relative
+    imports containerd takes from the file's directory (``relative_to_file``) made absolute; every other byte as
+    it is."""
     values = loads(text, path)
     imports = values.get('imports')
     if not isinstance(imports, list) or not any(
-            isinstance(entry, str) and '*' not in entry and not entry.startswith('/') for entry in imports):
+            isinstance(entry, str) and relative_to_file(entry, globs_from_file) for entry in imports):
         return text
     entry = ts.scan(text, path).entry(('imports',))
     fixed = [posixpath.normpath(posixpath.join(directory, item))
-             if isinstance(item, str) and '*' not in item and not item.startswith('/') else item for item in imports]
+             if isinstance(item, str) and relative_to_file(item, globs_from_file) else item for item in imports]
     return text[:entry.value_start] + '[%s]' % ', '.join(ts.string(item) for item in fixed) + text[entry.value_end:]
 
 

@@ -85,8 +85,11 @@ class Tools(object):
         self.ctr = ctr
 
     def version(self):
-        rc, out, err = self.run([self.containerd, '--version'])
-        return cd.binary_version(out) if rc == 0 else None
+        """containerd's version, asked once per run."""
+        if not hasattr(self, '_version'):
+            rc, out, err = self.run([self.containerd, '--version'])
+            self._version = cd.binary_version(out) if rc == 0 else None
+        return self._version
 
     def dump(self, path):
         """``(values, None)`` of ``containerd --config PATH config dump``, or ``(None, containerd's error)``.
@@ -259,7 +262,7 @@ class Converge(object):
                 imports[path] = cd.loads(imported.text, path)
         naming = [(real, config.values)] + sorted(imports.items())
         for source, values in naming:
-            for pattern, glob in cd.import_patterns(values, source, os.getcwd()):
+            for pattern, glob in cd.import_patterns(values, source, os.getcwd(), cd.globs_from_file(version)):
                 for directory in _host.check_pattern(pattern, reader='containerd', glob=glob):
                     if glob and os.path.realpath(directory) == os.path.dirname(real):
                         self.check_not_ours(pattern, real)
@@ -291,7 +294,8 @@ class Converge(object):
         """Dump the planned text, given on standard input (written nowhere): only the runtime (and default) may
         change. Its relative imports are made absolute first: containerd resolves them against the file's own
         directory."""
-        after, error = self.tools.dump_text(cd.probe_text(planned.text, self.request.path, os.path.dirname(real)))
+        after, error = self.tools.dump_text(cd.probe_text(planned.text, self.request.path, os.path.dirname(real),
+                                                          cd.globs_from_file(self.tools.version())))
         if after is None:
             raise DocumentError('%s: containerd refuses the planned file, which was not written: %s'
                                 % (self.request.path, error))

@@ -299,3 +299,26 @@ def test_an_existing_definition_is_taken_over_only_on_request_and_given_back_byt
     gone = cd.plan(cd.Config(plan.text, 'config.toml'), apply.Request(state='absent'), cd.SCHEMAS[2], before,
                    cd.SCHEMAS[2])
     assert gone.text == STALE  # byte for byte, the missing final line ending included
+
+
+# ---- relative imports, as each containerd resolves them ----------------------------------------
+# Measured with `config dump` run from /: containerd 1.6.20 globs a relative pattern against its working directory
+# and takes a relative file name from the directory of the file naming it; containerd 2.1.9 takes both from that
+# directory. The planned file is dumped from standard input, so whatever is taken from its directory is made absolute.
+
+IMPORTS = 'version = 2\nimports = ["conf.d/*.toml", "extra.toml", "/etc/abs/*.toml"]\n'
+
+
+@pytest.mark.parametrize('version, glob_base', [((1, 6, 20), '/cwd'), ((1, 7, 24), '/cwd'), ((2, 1, 9), '/etc/c')])
+def test_relative_imports_resolve_as_that_containerd_does(version, glob_base):
+    values = cd.loads(IMPORTS, '/etc/c/config.toml')
+    found = cd.import_patterns(values, '/etc/c/config.toml', '/cwd', cd.globs_from_file(version))
+    assert found == [(glob_base + '/conf.d/*.toml', True), ('/etc/c/extra.toml', False), ('/etc/abs/*.toml', True)]
+
+
+def test_the_probe_names_absolutely_what_containerd_takes_from_the_files_directory():
+    one = cd.probe_text(IMPORTS, '/etc/c/config.toml', '/etc/c', cd.globs_from_file((1, 6, 20)))
+    two = cd.probe_text(IMPORTS, '/etc/c/config.toml', '/etc/c', cd.globs_from_file((2, 1, 9)))
+    assert cd.loads(one, 'x')['imports'] == ['conf.d/*.toml', '/etc/c/extra.toml', '/etc/abs/*.toml']
+    assert cd.loads(two, 'x')['imports'] == ['/etc/c/conf.d/*.toml', '/etc/c/extra.toml', '/etc/abs/*.toml']
+    assert cd.globs_from_file(None) is False
