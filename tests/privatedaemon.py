@@ -25,11 +25,24 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 RESTART_WAIT = 30
 # Host directories the daemon sees as they are but writes only in its namespace (overlayfs, upper in a tmpfs).
 COPY_ON_WRITE = ('/etc', '/opt', '/var/lib')
 # How deep host_paths looks: /opt/containerd and /etc/cni/net.d are two levels down.
 WATCH_DEPTH = 2
+
+
+@pytest.fixture(scope='session', autouse=True)
+def private_lock_dir(tmp_path_factory):
+    """``_host.LOCK_DIR`` (/run/gpufleet-locks) for a test session: a private 0700 directory, for every module run
+    in-process or as a child process; the machine's /run is never touched. A conftest imports it to use it."""
+    path = str(tmp_path_factory.mktemp('gpufleet-locks'))
+    os.chmod(path, 0o700)
+    os.environ['GPUFLEET_LOCK_DIR'] = path
+    yield path
+    os.environ.pop('GPUFLEET_LOCK_DIR', None)
 
 
 def host_paths(roots=COPY_ON_WRITE, depth=WATCH_DEPTH):

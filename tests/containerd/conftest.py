@@ -25,7 +25,7 @@ import tempfile
 
 import pytest
 
-from privatedaemon import PrivateDaemon, host_paths, new_host_paths
+from privatedaemon import PrivateDaemon, host_paths, new_host_paths, private_lock_dir  # noqa: F401 (a fixture)
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 
@@ -49,17 +49,6 @@ def settings(base):
     """The lab's own paths, as the top of its config.toml."""
     return ('root = "%s/root"\nstate = "%s/state"\n\n[grpc]\n  address = "%s/containerd.sock"\n'
             % (base, base, base))
-
-
-@pytest.fixture(scope='session', autouse=True)
-def private_lock_dir(tmp_path_factory):
-    """``_host.LOCK_DIR`` (/run/gpufleet-locks) for this session: a private 0700 directory, for every module
-    run in-process or as a child process; the machine's /run is never touched."""
-    path = str(tmp_path_factory.mktemp('gpufleet-locks'))
-    os.chmod(path, 0o700)
-    os.environ['GPUFLEET_LOCK_DIR'] = path
-    yield path
-    os.environ.pop('GPUFLEET_LOCK_DIR', None)
 
 
 class LabContainerd(PrivateDaemon):

@@ -27,7 +27,7 @@ import tempfile
 
 import pytest
 
-from privatedaemon import PrivateDaemon, host_paths, new_host_paths
+from privatedaemon import PrivateDaemon, host_paths, new_host_paths, private_lock_dir  # noqa: F401 (a fixture)
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
@@ -47,17 +47,6 @@ def _skip_reason():
     if not os.path.isdir('/etc/docker'):
         return '/etc/docker missing (docker.io creates it); not creating it on the real /etc'
     return None
-
-
-@pytest.fixture(scope='session', autouse=True)
-def private_lock_dir(tmp_path_factory):
-    """``_host.LOCK_DIR`` (/run/gpufleet-locks) for this session: a private 0700 directory, for every module
-    run in-process or as a child process; the machine's /run is never touched."""
-    path = str(tmp_path_factory.mktemp('gpufleet-locks'))
-    os.chmod(path, 0o700)
-    os.environ['GPUFLEET_LOCK_DIR'] = path
-    yield path
-    os.environ.pop('GPUFLEET_LOCK_DIR', None)
 
 
 class LabDockerd(PrivateDaemon):

@@ -22,9 +22,11 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "driverkit"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fakehost  # noqa: E402
 from pytest_fakehost import require  # noqa: E402
+from privatedaemon import private_lock_dir  # noqa: E402,F401 (a fixture: the modules' locks off the machine's /run)
 
 COLLECTIONS = fakehost.COLLECTIONS_DIR
 RACE_SECONDS = float(os.environ.get("GPUFLEET_SECURITY_SECONDS", "4"))
@@ -39,17 +41,6 @@ STRANGER_UID = 4242
 def _prerequisites():
     require("the security layer", fakehost.missing_prerequisites(
         kit=False, nvidia_daemon=False, tools=("setpriv",), system_python="the attackers' interpreter"))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def private_lock_dir(tmp_path_factory):
-    """``_host.LOCK_DIR`` (/run/gpufleet-locks) for this session: a private 0700 directory, for every module
-    run in-process or as a child process; the machine's /run is never touched."""
-    path = str(tmp_path_factory.mktemp("gpufleet-locks"))
-    os.chmod(path, 0o700)
-    os.environ["GPUFLEET_LOCK_DIR"] = path
-    yield path
-    os.environ.pop("GPUFLEET_LOCK_DIR", None)
 
 
 class Attacker(object):
