@@ -17,11 +17,13 @@ the facts these rules stand on, read in CRI-O's source, v1.24 to v1.36).
   per map entry).
 * The collection owns one drop-in (``99-nvidia.conf``): the whole file is
   ours, so ``absent`` removes it and nothing else is ever edited.
-* The nvidia runtime takes the default runtime's monitor settings
-  (``runtime_type``, ``monitor_path``, ``monitor_cgroup``, ``monitor_env``),
-  with the deprecated ``conmon``, ``conmon_cgroup`` and ``conmon_env`` of
-  ``[crio.runtime]`` winning as CRI-O makes them win, and ``monitor_cgroup``
-  checked against ``cgroup_manager`` as CRI-O checks it at start.
+* The nvidia runtime copies the default runtime's table whole, as NVIDIA's
+  ``nvidia-ctk runtime configure`` does, except for the keys in NOT_COPIED;
+  its monitor (``monitor_path``, ``monitor_cgroup``, ``monitor_env``) is
+  written explicitly, with the deprecated ``conmon``, ``conmon_cgroup`` and
+  ``conmon_env`` of ``[crio.runtime]`` winning as CRI-O makes them win, and
+  ``monitor_cgroup`` checked against ``cgroup_manager`` as CRI-O checks it at
+  start.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -53,6 +55,14 @@ APPENDED_LISTS = (('crio', 'storage_option'),)
 OCI = 'oci'
 MONITORED_TYPES = ('', OCI)  # the types whose monitor fields CRI-O fills from conmon_* (TranslateMonitorFields)
 SYSTEMD_MONITOR_CGROUP = 'system.slice'
+# The handler keys the nvidia runtime sets itself: its binary and type, and the monitor (written explicitly, since a
+# reload skips the start-time translation from conmon_*).
+OWN = ('runtime_path', 'runtime_type', 'monitor_path', 'monitor_cgroup', 'monitor_env')
+# The template's keys not copied (docs/crio.md, "what is copied from it"): runtime_root (nvidia-container-runtime hands
+# over to runc, whose own root applies), platform_runtime_paths (another binary per platform: it would replace
+# nvidia-container-runtime for those pods), inherit_default_runtime (CRI-O would overwrite runtime_path with the
+# default's).
+NOT_COPIED = ('runtime_root', 'platform_runtime_paths', 'inherit_default_runtime')
 # The built-in default_runtime: "runc" up to 1.30, "crun" from 1.31.
 CRUN_DEFAULT_FROM = (1, 31, 0)
 # crio.conf(5) documents crio.runtime.runtimes and default_runtime as reloaded on SIGHUP from 1.26.0
@@ -247,7 +257,8 @@ def monitor_cgroup(effective, handler, runtime_type, name):
 
 
 def desired_runtime(effective, request, warnings):
-    """The nvidia runtime's table, as ``[(key, value)]``: the runtime path, and the default runtime's monitor."""
+    """The nvidia runtime's table, as ``[(key, value)]``: the runtime path, the default runtime's monitor, and every
+    other key of the default runtime's table as the merged configuration has it, but NOT_COPIED."""
     default_name = effective.default_runtime
     handler = effective.runtimes.get(default_name) if default_name else None
     if not isinstance(handler, dict):
@@ -268,12 +279,16 @@ def desired_runtime(effective, request, warnings):
     env = (monitored and effective.get(RUNTIME + ('conmon_env',))) or handler.get('monitor_env')
     if env:
         table.append(('monitor_env', list(env)))
+    table += [(key, copy.deepcopy(handler[key])) for key in sorted(handler) if key not in OWN + NOT_COPIED]
     return table
 
 
 def value_text(value):
+    """A value as TOML text; a table as an inline table (a template's ``default_annotations``)."""
+    if isinstance(value, dict):
+        return '{%s}' % ', '.join('%s = %s' % (ts.quote_key(key), value_text(item)) for key, item in value.items())
     if isinstance(value, list):
-        return '[%s]' % ', '.join(ts.scalar(item) for item in value)
+        return '[%s]' % ', '.join(value_text(item) for item in value)
     return ts.scalar(value)
 
 

@@ -13,9 +13,18 @@ short_description: Register a container runtime (nvidia) with CRI-O through a dr
 version_added: 0.1.0
 description:
   - Writes one drop-in file that the collection owns, by default C(/etc/crio/crio.conf.d/99-nvidia.conf), with
-    C([crio.runtime.runtimes.nvidia]) (C(runtime_path), and the default runtime's C(runtime_type), C(monitor_path),
-    C(monitor_cgroup) and C(monitor_env)), and C([crio.runtime] default_runtime = "nvidia") only on request.
+    C([crio.runtime.runtimes.nvidia]), and C([crio.runtime] default_runtime = "nvidia") only on request.
     No other file is ever edited; O(state=absent) removes exactly that file.
+  - B(What the runtime copies.) Like NVIDIA's C(nvidia-ctk runtime configure --runtime=crio), the default runtime's
+    table whole, as CRI-O's merged configuration has it (C(privileged_without_host_devices), C(allowed_annotations),
+    C(runtime_config_path), C(default_annotations), C(container_min_memory), C(no_sync_log), C(stream_websockets)
+    and any other key it has), with C(runtime_path) set to O(runtime_path). The exceptions, each for a reason
+    given in the collection's C(docs/crio.md), are C(runtime_type) (C(oci), or C(pod) for conmon-rs; a C(vm)
+    default gives C(oci) and nothing else), the monitor (C(monitor_path), C(monitor_cgroup), C(monitor_env),
+    written explicitly from what CRI-O runs), and C(runtime_root), C(platform_runtime_paths) (another binary per
+    platform, which would run instead of the NVIDIA runtime) and C(inherit_default_runtime), not copied. When the
+    default runtime's table changes, the next run copies it again, so the drop-in is rewritten and crio restarted
+    once.
   - B(Tested on files only.) CRI-O is not installable on the collection's test hosts; the merge rules, the plan and
     the apply decision are tested on fixture files and against a fake service, and follow CRI-O's source (1.24 to
     1.36). See the collection's C(docs/crio.md).

@@ -126,8 +126,10 @@ def test_overrides_follow_the_effective_default_runtime_and_cgroupfs():
 
 def test_packaged_conmon_rs_default_is_followed():
     plan = planned([dropin('packaged/crio.conf.d/10-crio.conf')], version=V132)
+    # The packaged crun table's allowed_annotations come along, as with NVIDIA's tool (the table is copied whole).
     assert table(plan) == {'runtime_path': RUNTIME, 'runtime_type': 'pod',
-                           'monitor_path': '/usr/libexec/crio/conmonrs'}
+                           'monitor_path': '/usr/libexec/crio/conmonrs',
+                           'allowed_annotations': ['io.containers.trace-syscall']}
 
 
 @pytest.mark.parametrize('name, cgroup', [('cgroupfs.crio.conf', 'pod'), ('systemd-nothing.crio.conf', 'system.slice')])
