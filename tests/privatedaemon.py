@@ -45,6 +45,17 @@ def private_lock_dir(tmp_path_factory):
     os.environ.pop('GPUFLEET_LOCK_DIR', None)
 
 
+@pytest.fixture(scope='session', autouse=True)
+def host_left_untouched():
+    """The run fails when it leaves a new path in /etc, /opt or /var/lib (two levels down): every daemon's writes
+    stay in its namespace. (Something else running on the machine at the same time would show here too.) A conftest
+    imports it to use it."""
+    before = host_paths()
+    yield
+    left = new_host_paths(before)
+    assert not left, 'this test run left new paths on the host, outside its namespaces: %s' % ', '.join(left)
+
+
 def host_paths(roots=COPY_ON_WRITE, depth=WATCH_DEPTH):
     """Every path ``depth`` levels down (and above) under ``roots``, as a set (symlinks not followed)."""
     found = set()

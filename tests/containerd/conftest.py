@@ -25,7 +25,7 @@ import tempfile
 
 import pytest
 
-from privatedaemon import PrivateDaemon, host_paths, new_host_paths, private_lock_dir  # noqa: F401 (a fixture)
+from privatedaemon import PrivateDaemon, host_left_untouched, private_lock_dir  # noqa: F401 (fixtures)
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 
@@ -160,11 +160,3 @@ def pytest_configure(config):
                             'lab config.toml (version, head, its own paths, body) and files beside it')
 
 
-@pytest.fixture(scope='session', autouse=True)
-def host_left_untouched():
-    """The run fails when it leaves a new path in /etc, /opt or /var/lib (two levels down): every daemon's writes
-    stay in its namespace. (Something else running on the machine at the same time would show here too.)"""
-    before = host_paths()
-    yield
-    left = new_host_paths(before)
-    assert not left, 'this containerd test run left new paths on the host, outside its namespaces: %s' % ', '.join(left)

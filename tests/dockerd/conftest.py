@@ -27,7 +27,7 @@ import tempfile
 
 import pytest
 
-from privatedaemon import PrivateDaemon, host_paths, new_host_paths, private_lock_dir  # noqa: F401 (a fixture)
+from privatedaemon import PrivateDaemon, host_left_untouched, private_lock_dir  # noqa: F401 (fixtures)
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
@@ -164,11 +164,3 @@ def pytest_configure(config):
     config.addinivalue_line('markers', 'daemon_json(text): initial daemon.json of the lab dockerd')
 
 
-@pytest.fixture(scope='session', autouse=True)
-def host_left_untouched():
-    """The run fails when it leaves a new path in /etc, /opt or /var/lib (two levels down): every daemon's writes
-    stay in its namespace. (Something else running on the machine at the same time would show here too.)"""
-    before = host_paths()
-    yield
-    left = new_host_paths(before)
-    assert not left, 'this dockerd test run left new paths on the host, outside its namespaces: %s' % ', '.join(left)
