@@ -13,11 +13,20 @@ The public API, which tests/lab/ reuses for its hosts:
         proc/driver/nvidia/gpufleet-fakedriver/cfg.log      libnvidia-cfg opens/closes
         proc/driver/nvidia/gpufleet-fakedriver/persistence  legacy per-GPU flag
         proc/driver/nvidia/gpufleet-fakedriver/kmsg         driver "kernel log"
-        dev/nvidiactl, dev/nvidia<minor>     regular files, mode 0666
+        proc/driver/nvidia/gpufleet-fakedriver/stand-in/nvidia<minor>
+                                             regular files the preloaded stand-in
+                                             binds over /dev/nvidiaN for persistence daemons
+        proc/devices                         this kernel's list plus the driver's majors
+        dev/nvidia<minor>, nvidiactl, nvidia-modeset   character devices 195:minor, 195:255, 195:254
+        dev/nvidia-uvm, nvidia-uvm-tools     character devices UVM_MAJOR:0, :1; all mode 0666
         dev/{null,zero,full,random,urandom,tty}, dev/{pts,shm}/  mount points
         sys/bus/pci/drivers/nvidia/<bdf>/numa_node
         run/                                 becomes /run (so /var/run)
-        lib/libnvidia-cfg.so.1, lib/libnvidia-ml.so.1   the fake libraries
+        lib/libnvidia-cfg.so.1               the fake libnvidia-cfg
+        lib/libnvidia-ml.so.<version>, lib/libcuda.so.<version>   fake NVML, stub libcuda
+        lib/libnvidia-ml.so.1, lib/libcuda.so.1   links to them, as ldconfig makes
+
+    No kernel driver answers the device nodes: opening one fails with ENXIO.
 
     Inside the host the description is at ``DESCRIPTION_PATH``; the fake
     libraries read it on every call, so ``write_description`` changes a
@@ -27,8 +36,10 @@ The public API, which tests/lab/ reuses for its hosts:
 ``nsrun_argv(host_dir, argv) -> list`` / ``nsrun(host_dir, argv, **popen)``
     Run ``argv`` in a private mount namespace where the tree's proc/driver,
     dev (with the real null, zero, full, random, urandom, tty, pts, shm bound
-    back in), run and sys/bus/pci/drivers are bind-mounted over the real
-    paths, with ``LD_LIBRARY_PATH`` starting with the tree's lib/. Needs root.
+    back in), proc/devices, run and sys/bus/pci/drivers are bind-mounted over
+    the real paths (and etc/ld.so.cache over /etc/ld.so.cache once
+    ``ld_cache`` made it), with ``LD_LIBRARY_PATH`` starting with the tree's
+    lib/ and the kit's stand-in preloaded (``STANDIN_LIB``). Needs root.
 
 ``persistenced_argv(host_dir, *options, keep_sigpipe=False) -> list``
     NVIDIA's nvidia-persistenced (Debian's 535 build, fetched by
@@ -78,6 +89,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -102,7 +114,18 @@ FAKEDRIVER_DIR = "proc/driver/nvidia/gpufleet-fakedriver"
 PERSISTENCED_RUN_DIR = "/var/run/nvidia-persistenced"
 PERSISTENCED_SOCKET = PERSISTENCED_RUN_DIR + "/socket"
 PERSISTENCED_PID_FILE = PERSISTENCED_RUN_DIR + "/nvidia-persistenced.pid"
-FAKE_LIBS = ("libnvidia-cfg.so.1", "libnvidia-ml.so.1")
+FAKE_LIBS = ("libnvidia-cfg.so.1", "libnvidia-ml.so.1", "libcuda.so.1")
+# Built libraries a driver installs under its version (libX.so.<version>, with a libX.so.1 link).
+VERSIONED_LIBS = ("libnvidia-ml.so.1", "libcuda.so.1")
+STANDIN_LIB = os.path.join(BUILD_LIB_DIR, "libgpufleet-standin.so")
+STANDIN_DIR = FAKEDRIVER_DIR + "/stand-in"
+# Character devices of a loaded NVIDIA driver: the GPU major (nvidia0..N-1 at their minors, nvidiactl,
+# nvidia-modeset) is fixed; nvidia-uvm gets a dynamic one (UVM_MAJOR when this kernel has it free).
+NVIDIA_MAJOR = 195
+CTL_MINOR = 255
+MODESET_MINOR = 254
+UVM_MAJOR = 510
+PROC_DEVICES = "/proc/devices"
 DEV_PASSTHROUGH_FILES = ("null", "zero", "full", "random", "urandom", "tty")
 DEV_PASSTHROUGH_DIRS = ("pts", "shm")
 SUN_PATH_MAX = 107
@@ -178,6 +201,18 @@ class HostTree:
         return os.path.join(self.root, "lib")
 
     @property
+    def devices_file(self):
+        return self.path(PROC_DEVICES)
+
+    @property
+    def ld_cache(self):
+        return os.path.join(self.root, "etc", "ld.so.cache")
+
+    def stand_in(self, node):
+        """The regular file that stands in for ``/dev/<node>`` in a persistence daemon's view."""
+        return self.path("/%s/%s" % (STANDIN_DIR, node))
+
+    @property
     def syslog_socket(self):
         return os.path.join(self.root, "dev", "log")
 
@@ -240,6 +275,63 @@ def validate_description(description):
     return desc
 
 
+def gpu_device_name(driver_version):
+    """The GPU major's name in /proc/devices: "nvidia" from driver 550.40, "nvidia-frontend" before."""
+    try:
+        numbers = tuple(int(part) for part in driver_version.split(".")[:2])
+    except ValueError:
+        return "nvidia"
+    return "nvidia" if numbers >= (550, 40) else "nvidia-frontend"
+
+
+def _kernel_devices(path=PROC_DEVICES):
+    """(character, block) lists of (major, name) of this kernel, without NVIDIA's."""
+    sections = {"Character devices:": [], "Block devices:": []}
+    current = None
+    with open(path) as handle:
+        for line in handle:
+            text = line.strip()
+            if text in sections:
+                current = sections[text]
+            elif text and current is not None:
+                major, name = text.split(None, 1)
+                if not name.startswith("nvidia"):
+                    current.append((int(major), name))
+    return sections["Character devices:"], sections["Block devices:"]
+
+
+def uvm_major(char_devices):
+    """The dynamic major nvidia-uvm gets: UVM_MAJOR, or the next free one below it."""
+    taken = {major for major, _ in char_devices}
+    major = UVM_MAJOR
+    while major in taken:
+        major -= 1
+    return major
+
+
+def proc_devices(driver_version, source=PROC_DEVICES):
+    """(text, uvm major): ``source`` (this kernel's /proc/devices) with the driver's majors added."""
+    chars, blocks = _kernel_devices(source)
+    uvm = uvm_major(chars)
+    chars = sorted(chars + [(NVIDIA_MAJOR, gpu_device_name(driver_version)), (uvm, "nvidia-uvm")])
+    text = "Character devices:\n" + "".join("%3d %s\n" % entry for entry in chars)
+    text += "\nBlock devices:\n" + "".join("%3d %s\n" % entry for entry in blocks)
+    return text, uvm
+
+
+def _mknod(path, major, minor):
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    os.chmod(path, 0o666)
+
+
+def _link(target, path):
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.symlink(target, path)
+
+
 def write_description(host_dir, description):
     """Replace a laid-out host's description (atomically); returns it normalised."""
     tree = HostTree(host_dir)
@@ -266,7 +358,7 @@ def layout(host_dir, description, with_libs=True):
     gpus_dir = os.path.join(nvidia, "gpus")
     if os.path.isdir(gpus_dir):
         shutil.rmtree(gpus_dir)
-    for sub in (gpus_dir, tree.path("/" + FAKEDRIVER_DIR), tree.path("/dev/pts"),
+    for sub in (gpus_dir, tree.path("/" + FAKEDRIVER_DIR), tree.path("/" + STANDIN_DIR), tree.path("/dev/pts"),
                 tree.path("/dev/shm"), tree.path("/sys/bus/pci/drivers/nvidia"),
                 tree.path("/run"), tree.lib_dir):
         os.makedirs(sub, mode=0o755, exist_ok=True)
@@ -277,16 +369,24 @@ def layout(host_dir, description, with_libs=True):
     for name in os.listdir(drivers):
         shutil.rmtree(os.path.join(drivers, name))
     for dev in os.listdir(tree.path("/dev")):
-        if dev.startswith("nvidia") and dev != "nvidiactl":
+        if dev.startswith("nvidia"):
             os.unlink(tree.path("/dev/" + dev))
+    for name in os.listdir(tree.path("/" + STANDIN_DIR)):
+        os.unlink(tree.stand_in(name))
+    devices_text, uvm = proc_devices(desc["driver_version"])
+    _write(tree.devices_file, devices_text, 0o444)
     for gpu in desc["gpus"]:
         bdf = gpu["pci_bus_id"]
         os.makedirs(os.path.join(gpus_dir, bdf))
         _write(os.path.join(gpus_dir, bdf, "information"), _information(gpu))
         os.makedirs(os.path.join(drivers, bdf))
         _write(os.path.join(drivers, bdf, "numa_node"), "-1\n")
-        _write(tree.path("/dev/nvidia%d" % gpu["minor"]), "", 0o666)
-    _write(tree.path("/dev/nvidiactl"), "", 0o666)
+        _mknod(tree.path("/dev/nvidia%d" % gpu["minor"]), NVIDIA_MAJOR, gpu["minor"])
+        _write(tree.stand_in("nvidia%d" % gpu["minor"]), "", 0o666)
+    for name, major, minor in (("nvidiactl", NVIDIA_MAJOR, CTL_MINOR),
+                               ("nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR),
+                               ("nvidia-uvm", uvm, 0), ("nvidia-uvm-tools", uvm, 1)):
+        _mknod(tree.path("/dev/" + name), major, minor)
     for name in DEV_PASSTHROUGH_FILES:
         if not os.path.exists(tree.path("/dev/" + name)):
             _write(tree.path("/dev/" + name), "", 0o666)
@@ -300,12 +400,28 @@ def layout(host_dir, description, with_libs=True):
         for gpu in desc["gpus"]))
     write_description(tree.root, desc)
     if with_libs:
+        for name in os.listdir(tree.lib_dir):
+            os.unlink(os.path.join(tree.lib_dir, name))
         for lib in FAKE_LIBS:
             built = os.path.join(BUILD_LIB_DIR, lib)
             if not os.path.exists(built):
                 raise KitError("%s is not built: %s" % (built, SETUP_HINT))
-            shutil.copy2(built, os.path.join(tree.lib_dir, lib))
+            if lib in VERSIONED_LIBS:
+                versioned = lib[:-len("1")] + desc["driver_version"]
+                shutil.copy2(built, os.path.join(tree.lib_dir, versioned))
+                _link(versioned, os.path.join(tree.lib_dir, lib))
+            else:
+                shutil.copy2(built, os.path.join(tree.lib_dir, lib))
     return tree
+
+
+def ld_cache(host_dir):
+    """Write the tree's etc/ld.so.cache: this machine's libraries plus the tree's lib/ (ldconfig), as a
+    driver's installer leaves the cache; ``nsrun`` binds it over /etc/ld.so.cache from then on."""
+    tree = HostTree(host_dir)
+    os.makedirs(os.path.dirname(tree.ld_cache), exist_ok=True)
+    subprocess.run(["ldconfig", "-X", "-C", tree.ld_cache, tree.lib_dir], check=True)
+    return tree.ld_cache
 
 
 def held_gpus(host_dir):
@@ -391,6 +507,9 @@ def _enter(host_dir, argv):
     if not os.path.isdir("/proc/driver"):
         raise KitError("/proc/driver does not exist on this kernel; cannot mount the fake driver")
     _mount_bind(tree.path("/proc/driver"), "/proc/driver")
+    _mount_bind(tree.devices_file, PROC_DEVICES)
+    if os.path.isfile(tree.ld_cache):
+        _mount_bind(tree.ld_cache, "/etc/ld.so.cache")
     _mount_bind(tree.path("/run"), "/run")
     _mount_bind(tree.path("/sys/bus/pci/drivers"), "/sys/bus/pci/drivers")
     env = dict(os.environ)
@@ -398,6 +517,8 @@ def _enter(host_dir, argv):
     env.pop("GPUFLEET_FAKEDRIVER_DESCRIPTION", None)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (tree.lib_dir, env.get("LD_LIBRARY_PATH")) if p)
+    if os.path.isfile(STANDIN_LIB):
+        env["LD_PRELOAD"] = " ".join(p for p in (STANDIN_LIB, env.get("LD_PRELOAD")) if p)
     # Python ignores SIGPIPE and SIGXFSZ; give the command the defaults.
     for name in ("SIGPIPE", "SIGXFSZ"):
         signal.signal(getattr(signal, name), signal.SIG_DFL)
@@ -548,7 +669,7 @@ def missing_prerequisites(kit=True, nvidia_daemon=True, real_nvml=False, tools=(
     missing = []
     if os.geteuid() != 0:
         missing.append("not root: the tests need root (private mount namespaces, other users' identities)")
-    paths = ([os.path.join(BUILD_LIB_DIR, lib) for lib in FAKE_LIBS] + [NUMA_SECCOMP]) if kit else []
+    paths = ([os.path.join(BUILD_LIB_DIR, lib) for lib in FAKE_LIBS] + [STANDIN_LIB, NUMA_SECCOMP]) if kit else []
     if nvidia_daemon:
         paths.append(NVIDIA_PERSISTENCED)
     if real_nvml:

@@ -27,16 +27,31 @@ def test_layout_creates_the_driver_files(host):
     assert "Device Minor: \t 1\n" in info
     assert "Bus Location: \t 0000:02:00.0\n" in info
     assert "GPU UUID: \t %s\n" % host.description["gpus"][1]["uuid"] in info
-    for name in ("nvidiactl", "nvidia0", "nvidia1"):
-        st = os.stat(os.path.join(root, "dev", name))
+    nodes = {}
+    for name in os.listdir(os.path.join(root, "dev")):
+        st = os.lstat(os.path.join(root, "dev", name))
+        if name.startswith("nvidia"):
+            assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o666, name
+            nodes[name] = (os.major(st.st_rdev), os.minor(st.st_rdev))
+    uvm = fakehost.uvm_major(fakehost._kernel_devices()[0])
+    assert nodes == {"nvidia0": (195, 0), "nvidia1": (195, 1), "nvidiactl": (195, 255),
+                     "nvidia-modeset": (195, 254), "nvidia-uvm": (uvm, 0), "nvidia-uvm-tools": (uvm, 1)}
+    for name in ("nvidia0", "nvidia1"):
+        st = os.stat(host.tree.stand_in(name))
         assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o666
+    assert sorted(os.listdir(os.path.dirname(host.tree.stand_in("x")))) == ["nvidia0", "nvidia1"]
     assert os.path.isdir(os.path.join(root, "sys/bus/pci/drivers/nvidia/0000:01:00.0"))
     assert os.path.isdir(os.path.join(root, "run"))
     with open(os.path.join(root, "proc/driver/nvidia/version")) as handle:
         assert "Kernel Module  535.171.04" in handle.read()
     assert json.load(open(host.tree.description_file))["gpus"][0]["pci_bus_id"] == "0000:01:00.0"
-    for lib in fakehost.FAKE_LIBS:
-        assert os.path.isfile(os.path.join(host.tree.lib_dir, lib))
+    assert sorted(os.listdir(host.tree.lib_dir)) == [
+        "libcuda.so.1", "libcuda.so.535.171.04", "libnvidia-cfg.so.1",
+        "libnvidia-ml.so.1", "libnvidia-ml.so.535.171.04"]
+    for lib in ("libcuda", "libnvidia-ml"):
+        assert os.readlink(os.path.join(host.tree.lib_dir, lib + ".so.1")) == lib + ".so.535.171.04"
+        versioned = os.path.join(host.tree.lib_dir, lib + ".so.535.171.04")
+        assert os.path.isfile(versioned) and not os.path.islink(versioned)
     assert host.legacy() == {"0000:01:00.0": 0, "0000:02:00.0": 0}
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o755
 
@@ -53,7 +68,55 @@ def test_relayout_refreshes_gpus(host):
     assert sorted(os.listdir(os.path.join(host.dir, "proc/driver/nvidia/gpus"))) == ["0000:01:00.0"]
     assert not os.path.exists(os.path.join(host.dir, "dev/nvidia7"))
     assert sorted(n for n in os.listdir(os.path.join(host.dir, "dev")) if n.startswith("nvidia")) \
-        == ["nvidia0", "nvidiactl"]
+        == ["nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidiactl"]
+    assert os.listdir(os.path.dirname(host.tree.stand_in("x"))) == ["nvidia0"]
+    desc = fakehost.example_description(1, driver_version="550.54.15")
+    fakehost.layout(host.dir, desc)
+    assert sorted(n for n in os.listdir(host.tree.lib_dir) if "535" in n or "550" in n) == [
+        "libcuda.so.550.54.15", "libnvidia-ml.so.550.54.15"]
+    with open(host.tree.devices_file) as handle:
+        assert "195 nvidia\n" in handle.read()
+
+
+def test_proc_devices_lists_the_driver_majors_after_this_kernels():
+    kernel = "Character devices:\n  1 mem\n510 something\n\nBlock devices:\n  7 loop\n"
+    with tempfile.NamedTemporaryFile("w", dir="/tmp", prefix="gfk") as handle:
+        handle.write(kernel)
+        handle.flush()
+        text, uvm = fakehost.proc_devices("535.171.04", source=handle.name)
+        assert (text, uvm) == ("Character devices:\n  1 mem\n195 nvidia-frontend\n509 nvidia-uvm\n"
+                               "510 something\n\nBlock devices:\n  7 loop\n", 509)
+        assert fakehost.proc_devices("550.40.07", source=handle.name)[0].count("195 nvidia\n") == 1
+    with open("/proc/devices") as handle:
+        real = [line.strip() for line in handle if line.strip()]
+    text, uvm = fakehost.proc_devices("535.171.04")
+    assert sorted(real + ["195 nvidia-frontend", "%d nvidia-uvm" % uvm]) == sorted(
+        line.strip() for line in text.splitlines() if line.strip())
+
+
+def test_a_device_node_without_a_driver_fails_to_open_and_a_daemon_opens_its_stand_in(host):
+    """No kernel driver: open gives ENXIO to everyone; a persistence daemon (by program name, root) opens
+    the fake driver's stand-in under /dev/nvidiaN in a mount namespace of its own; others see the node."""
+    probe = ("import os, sys\n"
+             "def opened(p):\n"
+             "    try:\n"
+             "        os.close(os.open(p, os.O_RDWR)); return 'ok'\n"
+             "    except OSError as e:\n"
+             "        return e.strerror\n"
+             "st = os.stat('/dev/nvidia1')\n"
+             "print(sys.argv[0].rsplit('/', 1)[-1], opened('/dev/nvidia1'), opened('/dev/nvidiactl'),"
+             " 'chr' if st.st_rdev else 'reg', os.readlink('/proc/self/ns/mnt') == sys.argv[1])\n")
+    scripts = {}
+    for name in ("gpufleet-persistenced", "other-daemon"):
+        scripts[name] = os.path.join(host.dir, name)
+        with open(scripts[name], "w") as handle:
+            handle.write(probe)
+    shell = " ; ".join("%s %s $(readlink /proc/self/ns/mnt)" % (fakehost.SYSTEM_PYTHON, path)
+                       for path in scripts.values())
+    proc = fakehost.nsrun(host.dir, ["sh", "-c", shell], capture_output=True, text=True, check=True)
+    assert proc.stdout.splitlines() == [
+        "gpufleet-persistenced ok No such device or address reg False",
+        "other-daemon No such device or address No such device or address chr True"]
 
 
 def test_layout_rejects_bad_descriptions_and_long_dirs():
@@ -101,7 +164,7 @@ def test_nsrun_mounts_the_host_privately(host):
                           capture_output=True, text=True, check=True)
     seen = json.loads(proc.stdout)
     assert seen["gpus"] == ["0000:01:00.0", "0000:02:00.0"]
-    assert {"nvidiactl", "nvidia0", "nvidia1", "null", "log"} <= set(seen["dev"])
+    assert {"nvidiactl", "nvidia0", "nvidia1", "nvidia-uvm", "null", "log"} <= set(seen["dev"])
     assert seen["null"] == 1 and seen["urandom"] == 8
     assert seen["drivers"] == ["nvidia"]
     assert seen["ld"].split(":")[0] == host.tree.lib_dir
@@ -112,7 +175,8 @@ def test_nsrun_mounts_the_host_privately(host):
 
 def test_nsrun_cli_and_exit_status(host):
     proc = subprocess.run([sys.executable, FAKEHOST, "nsrun", host.dir, "--", "sh", "-c",
-                           "test -f /dev/nvidiactl && exit 7"], capture_output=True)
+                           "test -c /dev/nvidiactl && grep -q '^195 nvidia' /proc/devices && exit 7"],
+                          capture_output=True)
     assert proc.returncode == 7
 
 

@@ -25,13 +25,12 @@ ENABLED_BUS_IDS = {"0000:01:00.0", "0000:04:00.0"}
 
 def holders_of_host_devices(host):
     """{pid: device names} of every process on this machine holding one of this fake host's /dev/nvidia*
-    files, matched by inode (other tests' fake hosts have device files of the same names)."""
-    dev = os.path.join(host.dir, "dev")
+    files, matched by inode (other tests' fake hosts have device files of the same names). No kernel driver
+    answers the character devices: a daemon holds the fake driver's stand-in for each (fakehost)."""
     ours = {}
-    for name in os.listdir(dev):
-        if name.startswith("nvidia"):
-            st = os.stat(os.path.join(dev, name))
-            ours[(st.st_dev, st.st_ino)] = name
+    for name in os.listdir(os.path.dirname(host.tree.stand_in("x"))):
+        st = os.stat(host.tree.stand_in(name))
+        ours[(st.st_dev, st.st_ino)] = name
     found = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:

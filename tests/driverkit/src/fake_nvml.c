@@ -2,7 +2,9 @@
  * Fake libnvidia-ml.so.1 for the gpufleet driver kit (tests only).
  *
  * Enough of NVML for pynvml (nvidia-ml-py 13.x) to enumerate GPUs and to get
- * and set persistence mode on a fake host. Like NVIDIA's library, persistence
+ * and set persistence mode on a fake host, and for NVIDIA's container toolkit
+ * (go-nvml, go-nvlib) to select devices and generate CDI specs: the MIG
+ * queries it makes answer "not a MIG device, MIG disabled". Like NVIDIA's library, persistence
  * get/set go to nvidia-persistenced's RPC socket
  * (/var/run/nvidia-persistenced/socket, program 35006 v1) when it exists and
  * answers; otherwise to the driver's legacy per-GPU flag, here a state file of
@@ -361,6 +363,97 @@ API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t dev, nvmlPciInfo_t *pci)
 API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t dev, nvmlPciInfo_t *pci)
 {
     return nvmlDeviceGetPciInfo_v3(dev, pci);
+}
+
+/* ---- MIG: NVIDIA's toolkit asks these before it selects a device -------- */
+
+/* MIG-capable boards (A100, A30, H100, ...) answer the MIG calls with MIG
+ * disabled; the others with NotSupported, as NVML does. "mig_capable" in a
+ * GPU's description overrides the guess from its name. MIG enabled (GPU and
+ * compute instances) is not modelled. */
+static int mig_capable(const struct gfk_gpu *g)
+{
+    static const char *const boards[] = {"A100", "A30", "A800", "H100", "H200", "H800", "H20", "B200", "B100"};
+    const struct jval *v = j_get(g->json, "mig_capable");
+    size_t i;
+    if (v && v->t != J_NULL) return v->num != 0;
+    for (i = 0; i < sizeof(boards) / sizeof(boards[0]); i++)
+        if (strstr(g->name, boards[i])) return 1;
+    return 0;
+}
+
+API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t dev, unsigned int *isMigDevice)
+{
+    struct gfk_gpu *g;
+    nvmlReturn_t r = enter(dev, "mig", &g);
+    if (r == NVML_SUCCESS) {
+        if (!isMigDevice) r = NVML_ERROR_INVALID_ARGUMENT;
+        else *isMigDevice = 0; /* every handle the fake gives is a full GPU */
+    }
+    return leave(r);
+}
+
+API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    struct gfk_gpu *g;
+    nvmlReturn_t r = enter(dev, "mig", &g);
+    if (r == NVML_SUCCESS) {
+        if (!currentMode || !pendingMode) r = NVML_ERROR_INVALID_ARGUMENT;
+        else if (!mig_capable(g)) r = NVML_ERROR_NOT_SUPPORTED;
+        else *currentMode = *pendingMode = 0; /* NVML_DEVICE_MIG_DISABLE */
+    }
+    return leave(r);
+}
+
+/* "Returns zero if MIG is not supported or enabled." */
+API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev, unsigned int *count)
+{
+    struct gfk_gpu *g;
+    nvmlReturn_t r = enter(dev, "mig", &g);
+    if (r == NVML_SUCCESS) {
+        if (!count) r = NVML_ERROR_INVALID_ARGUMENT;
+        else *count = 0;
+    }
+    return leave(r);
+}
+
+/* index must lie in [0, max MIG device count), which is empty with MIG disabled. */
+API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, unsigned int index, nvmlDevice_t *migDevice)
+{
+    struct gfk_gpu *g;
+    nvmlReturn_t r = enter(dev, "mig", &g);
+    (void)index;
+    if (r == NVML_SUCCESS) {
+        if (!migDevice) r = NVML_ERROR_INVALID_ARGUMENT;
+        else if (!mig_capable(g)) r = NVML_ERROR_NOT_SUPPORTED;
+        else r = NVML_ERROR_INVALID_ARGUMENT;
+    }
+    return leave(r);
+}
+
+/* The three calls below take a MIG device handle; a full GPU's is not one. */
+static nvmlReturn_t mig_handle_only(nvmlDevice_t dev, const void *out)
+{
+    struct gfk_gpu *g;
+    nvmlReturn_t r = enter(dev, "mig", &g);
+    if (r == NVML_SUCCESS) r = NVML_ERROR_INVALID_ARGUMENT;
+    (void)out;
+    return leave(r);
+}
+
+API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    return mig_handle_only(migDevice, device);
+}
+
+API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t dev, unsigned int *id)
+{
+    return mig_handle_only(dev, id);
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned int *id)
+{
+    return mig_handle_only(dev, id);
 }
 
 /* ---- persistence: nvidia-persistenced RPC ---------------------------- */

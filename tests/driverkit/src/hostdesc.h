@@ -336,7 +336,7 @@ static int gfk_host_load(struct gfk_host *h)
     return 0;
 }
 
-static struct gfk_gpu *gfk_find_gpu(struct gfk_host *h, unsigned domain,
+__attribute__((unused)) static struct gfk_gpu *gfk_find_gpu(struct gfk_host *h, unsigned domain,
                                     unsigned bus, unsigned device)
 {
     int i;
@@ -349,7 +349,7 @@ static struct gfk_gpu *gfk_find_gpu(struct gfk_host *h, unsigned domain,
 
 /* The error injected for `op` (per GPU first, then host-wide; "any" matches
  * every op). Returns the jval (string name or number) or NULL. */
-static const struct jval *gfk_injected(const struct gfk_host *h,
+__attribute__((unused)) static const struct jval *gfk_injected(const struct gfk_host *h,
                                        const struct gfk_gpu *g, const char *op)
 {
     const struct jval *v;
