@@ -255,3 +255,47 @@ def test_small_buffers_and_shutdown_refcount(host):
 def test_no_nvidiactl_is_driver_not_loaded(host):
     os.remove(host.tree.path("/dev/nvidiactl"))
     assert host.nvml("pynvml.nvmlInit()")["error"] == "NVMLError_DriverNotLoaded"
+
+
+MIG = """
+pynvml.nvmlInit()
+result = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    row = {"is_mig": pynvml.nvmlDeviceIsMigDeviceHandle(h).value, "max": pynvml.nvmlDeviceGetMaxMigDeviceCount(h)}
+    for name, call in (("mode", lambda: pynvml.nvmlDeviceGetMigMode(h)),
+                       ("by_index", lambda: pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)),
+                       ("parent", lambda: pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h)),
+                       ("gi", lambda: pynvml.nvmlDeviceGetGpuInstanceId(h)),
+                       ("ci", lambda: pynvml.nvmlDeviceGetComputeInstanceId(h))):
+        try:
+            row[name] = call()
+        except pynvml.NVMLError as exc:
+            row[name] = type(exc).__name__
+    result.append(row)
+"""
+
+
+def test_mig_queries_answer_not_a_mig_device_and_mig_disabled(make_host):
+    """What NVIDIA's toolkit asks before it selects a device: a full GPU's handle is not a MIG device; a
+    MIG-capable board (A100, by name or "mig_capable") has MIG disabled, no MIG devices; another board
+    (L40S) does not support MIG. Calls that take a MIG handle refuse a full GPU's."""
+    desc = fakehost.example_description(3)
+    desc["gpus"][1]["name"] = "NVIDIA L40S"
+    desc["gpus"][2]["name"] = "NVIDIA L40S"
+    desc["gpus"][2]["mig_capable"] = True
+    out = make_host(description=desc).nvml(MIG)
+    assert "error" not in out, out
+    refused = {"parent": "NVMLError_InvalidArgument", "gi": "NVMLError_InvalidArgument",
+               "ci": "NVMLError_InvalidArgument"}
+    capable = dict(refused, is_mig=0, max=0, mode=[0, 0], by_index="NVMLError_InvalidArgument")
+    other = dict(refused, is_mig=0, max=0, mode="NVMLError_NotSupported", by_index="NVMLError_NotSupported")
+    assert out["result"] == [capable, other, capable]
+
+
+def test_mig_queries_take_injected_errors(make_host):
+    desc = fakehost.example_description(1)
+    desc["gpus"][0]["errors"] = {"mig": "gpu_is_lost"}
+    out = make_host(description=desc).nvml(
+        "pynvml.nvmlInit()\nresult = pynvml.nvmlDeviceIsMigDeviceHandle(pynvml.nvmlDeviceGetHandleByIndex(0))\n")
+    assert out["error"] == "NVMLError_GpuIsLost", out

@@ -13,8 +13,9 @@ cgroup mode (v1, then v2 with the unified hierarchy), each in this order:
     afterwards keeps its devices through a reload;
 (c) cgroupfs driver: nothing is lost, with or without links.
 
-The device nodes are real (``mknod c 195 0`` / ``c 195 255`` in place of the
-kit's regular files, which the device cgroup ignores). Needs root and the lab
+The device nodes are made in the host's own /dev (``mknod c 195 0`` / ``c 195
+255`` in place of the kit's bind-mounted nodes, all of which are removed first:
+the links are then exactly those two). Needs root and the lab
 (``lab up``); only one lab fits on a machine, so the fixture fails when lab
 hosts are already up.
 """
@@ -49,10 +50,10 @@ def systemd_host(request, empty_lab):
     return request.param
 
 
-# Real nodes in place of the kit's regular files, no /dev/char links for them, and a probe:
+# Nodes of the host's own in place of the kit's, no /dev/char links for them, and a probe:
 # a container that opens each node every 0.2 s and prints the error (ENXIO: allowed, EPERM: denied).
 SETUP = r"""
-for n in nvidia0 nvidia1 nvidiactl; do mountpoint -q /dev/$n && umount /dev/$n; rm -f /dev/$n; done
+for n in nvidia0 nvidia1 nvidiactl nvidia-modeset nvidia-uvm nvidia-uvm-tools; do mountpoint -q /dev/$n && umount /dev/$n; rm -f /dev/$n; done
 mknod -m 666 /dev/nvidia0 c 195 0; mknod -m 666 /dev/nvidiactl c 195 255
 rm -f /dev/char/195:*
 docker import /usr/share/gpufleet-lab/busybox-rootfs.tar lab/busybox >/dev/null
