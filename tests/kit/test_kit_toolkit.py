@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import fakehost
+from test_mod_gpu_persistence import run_module
 
 TOOLKIT_BIN = os.path.join(fakehost.REPO_DIR, ".cache", "toolkit", "bin")
 PROGRAMS = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook")
@@ -154,3 +155,27 @@ def test_runtime_injects_exactly_the_selected_gpus(gpu_host, visible, gpus):
     assert "NVIDIA_VISIBLE_DEVICES=void" in env
     if 0 in gpus:
         assert "No such device or address" in opened, opened
+
+
+def dev_char(host):
+    """{MAJOR:MINOR: node name} of the links in the host's /dev/char."""
+    char = host.tree.path("/dev/char")
+    return dict((name, os.path.basename(os.readlink(os.path.join(char, name)))) for name in os.listdir(char))
+
+
+def test_device_links_makes_the_links_nvidia_ctk_makes(gpu_host):
+    """The collection's device_links and NVIDIA's `nvidia-ctk system create-dev-char-symlinks` on the same
+    character devices: the same /dev/char entries (ours relative like udev's, NVIDIA's absolute)."""
+    rc, result = run_module(gpu_host, "device_links", boot=False, report_containers=False)
+    assert rc == 0 and result["changed"], result
+    ours = dev_char(gpu_host)
+    uvm = fakehost.uvm_major(fakehost._kernel_devices()[0])
+    assert ours == {"195:0": "nvidia0", "195:1": "nvidia1", "195:2": "nvidia2", "195:254": "nvidia-modeset",
+                    "195:255": "nvidiactl", "%d:0" % uvm: "nvidia-uvm", "%d:1" % uvm: "nvidia-uvm-tools"}
+    assert os.readlink(gpu_host.tree.path("/dev/char/195:0")) == "../nvidia0"
+    shutil.rmtree(gpu_host.tree.path("/dev/char"))
+    os.mkdir(gpu_host.tree.path("/dev/char"))
+    proc = nsrun(gpu_host, ["nvidia-ctk", "system", "create-dev-char-symlinks"])
+    assert proc.returncode == 0, proc.stderr
+    assert dev_char(gpu_host) == ours
+    assert os.readlink(gpu_host.tree.path("/dev/char/195:0")) == "/dev/nvidia0"
