@@ -33,6 +33,11 @@ The public API, which tests/lab/ reuses for its hosts:
     running host (error injection). ``host_dir`` must be short: the syslog
     socket ``<host_dir>/dev/log`` must fit in 107 bytes.
 
+``ld_cache(host_dir) -> path``
+    Write the tree's etc/ld.so.cache (this machine's libraries plus lib/),
+    which nsrun binds over /etc/ld.so.cache from then on (NVIDIA's container
+    toolkit finds the driver's libraries through the cache).
+
 ``nsrun_argv(host_dir, argv) -> list`` / ``nsrun(host_dir, argv, **popen)``
     Run ``argv`` in a private mount namespace where the tree's proc/driver,
     dev (with the real null, zero, full, random, urandom, tty, pts, shm bound
