@@ -118,16 +118,17 @@ class Docker(object):
         return next((line.strip() for line in out.splitlines() if line.strip() and '<none>' not in line), '')
 
     def runs(self, request, image, default_runtime=None):
-        """``[(visible_devices, argv, cleanup)]``: one container per value through the runtime by name, and one more
-        without ``--runtime`` (the first value) when the runtime is dockerd's default runtime. ``docker run --rm``
-        leaves nothing to clean up."""
-        def container(value, runtime):
-            return (value, [self.docker, 'run', '--rm', '--network', 'none'] + runtime +
-                    ['-e', 'NVIDIA_VISIBLE_DEVICES=%s' % value, '--entrypoint', 'sh', image, '-c', SCRIPT], None)
+        """``[(visible_devices, argv, cleanup)]``: one container per value through the runtime by name, and one plain
+        ``docker run`` more (no ``--runtime``, no ``NVIDIA_VISIBLE_DEVICES``: value None) when the runtime is dockerd's
+        default runtime. ``docker run --rm`` leaves nothing to clean up."""
+        def container(value, options):
+            return (value, [self.docker, 'run', '--rm', '--network', 'none'] + options +
+                    ['--entrypoint', 'sh', image, '-c', SCRIPT], None)
 
-        planned = [container(value, ['--runtime', request.name]) for value in request.devices]
+        planned = [container(value, ['--runtime', request.name, '-e', 'NVIDIA_VISIBLE_DEVICES=%s' % value])
+                   for value in request.devices]
         if default_runtime == request.name:
-            planned.append(container(request.devices[0], []))
+            planned.append(container(None, []))
         return planned
 
 
@@ -215,8 +216,9 @@ def message(request, client, status, runs, lookup_error='', loaded_why=''):
                 'it: check that the NVIDIA Container Toolkit is installed and works, or set verify to false to skip '
                 'this check.' % (run['command'], run['rc'], _clean(run.get('stderr'), 400).rstrip('.') or 'no message',
                                  engine, name, request.runtime_path))
-    seen = '; '.join('NVIDIA_VISIBLE_DEVICES=%s saw %s' % (run['visible_devices'], ', '.join(run['devices']) or 'no '
-                                                          '/dev/nvidia* node') for run in runs)
+    seen = '; '.join('%s saw %s' % ('NVIDIA_VISIBLE_DEVICES=%s' % run['visible_devices']
+                                    if run['visible_devices'] is not None else 'the default runtime',
+                                    ', '.join(run['devices']) or 'no /dev/nvidia* node') for run in runs)
     return 'ran %d container%s: %s runs containers through the "%s" runtime (%s)' % (
         len(runs), '' if len(runs) == 1 else 's', engine, name, seen)
 

@@ -293,8 +293,8 @@ verification:
         - One entry per container run, in order - C(visible_devices) (the C(NVIDIA_VISIBLE_DEVICES) value),
           C(command) (as a shell would read it), C(devices) (the C(/dev/nvidia*) nodes the container saw, sorted),
           C(rc) (the command's exit status).
-        - When dockerd's default runtime is the runtime, one more container runs without C(--runtime), with the
-          first value.
+        - When dockerd's default runtime is the runtime, one more container runs without C(--runtime) and without
+          C(NVIDIA_VISIBLE_DEVICES) (its C(visible_devices) is null).
       type: list
       elements: dict
       sample: [{"visible_devices": "1", "command": "docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=1 --entrypoint sh gpufleet/busybox:1 -c '...'", "devices": ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1", "/dev/nvidiactl"], "rc": 0}]

@@ -18,7 +18,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify as 
 SCRIPT = "'for d in /dev/nvidia*; do [ -e \"$d\" ] && echo \"$d\"; done; true'"
 THROUGH_NVIDIA = ('docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=%s '
                   '--entrypoint sh gpufleet/busybox:lab -c ' + SCRIPT)
-PLAIN = 'docker run --rm --network none -e NVIDIA_VISIBLE_DEVICES=all --entrypoint sh gpufleet/busybox:lab -c ' + SCRIPT
+PLAIN = 'docker run --rm --network none --entrypoint sh gpufleet/busybox:lab -c ' + SCRIPT
 IMAGES = '<none>:<none>\ngpufleet/busybox:lab\ncuda:12\n'
 TWO = '/dev/nvidia-uvm\n/dev/nvidia1\n/dev/nvidia0\n/dev/nvidiactl\n/dev/nvidia-uvm-tools\n'
 
@@ -92,6 +92,8 @@ def test_verification_also_runs_a_plain_container_when_the_runtime_is_dockerds_d
     result = docker_verify(host, default_runtime='nvidia')
     assert result['verified'] is True
     assert [run['command'] for run in result['runs']] == [THROUGH_NVIDIA % 'all', PLAIN]
+    assert [run['visible_devices'] for run in result['runs']] == ['all', None]
+    assert result['msg'].startswith('ran 2 containers: ') and '; the default runtime saw /dev/nvidia-uvm, ' in result['msg']
 
 
 def test_a_container_that_does_not_run_fails_with_the_command_and_dockers_words():
