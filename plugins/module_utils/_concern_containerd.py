@@ -11,6 +11,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
@@ -51,7 +53,7 @@ def run(module):
     result = _module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
     loaded, why = _containerd_apply.runtime_loaded(result, params['name'])
     result['verification'] = _verify.verify(
-        _verify.request_from(params, params['runtime_path']), _verify.Ctr(module.get_bin_path('ctr'), converge.address),
+        _verify.request_from(params, params['runtime_path']), _verify.Ctr(module.get_bin_path('ctr'), converge.address, os.getpid()),
         run_command, module.check_mode, params['state'], loaded, loaded_why=why)
     return result
 

@@ -23,7 +23,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 import re
 
 try:
@@ -133,8 +132,8 @@ class Docker(object):
 
 
 class Ctr(object):
-    """containerd through ``ctr`` at its gRPC ``address``, in ``NAMESPACE``; ``run_id`` tells this run's containers
-    apart from another run's."""
+    """containerd through ``ctr`` at its gRPC ``address``, in ``NAMESPACE``; ``run_id`` (the module's PID) tells this
+    run's containers apart from another run's."""
 
     engine = 'containerd'
     command = 'ctr'
@@ -143,10 +142,10 @@ class Ctr(object):
         load='Load an image into containerd\'s %s namespace (ctr -n %s images import FILE.tar)' % (NAMESPACE, NAMESPACE),
         place='one in that namespace')
 
-    def __init__(self, ctr, address, run_id=None):
+    def __init__(self, ctr, address, run_id):
         self.program = self.ctr = ctr
         self.address = address
-        self.run_id = run_id if run_id is not None else os.getpid()
+        self.run_id = run_id
 
     def base(self):
         return [self.ctr, '--address', self.address, '--namespace', NAMESPACE]
@@ -192,6 +191,12 @@ def _clean(text, limit=200):
     return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
+def _asked(run):
+    if run['visible_devices'] is None:
+        return 'the default runtime'
+    return 'NVIDIA_VISIBLE_DEVICES=%s' % run['visible_devices']
+
+
 def message(request, client, status, runs, lookup_error='', loaded_why=''):
     engine, name = client.engine, request.name
     if status == 'off':
@@ -216,9 +221,7 @@ def message(request, client, status, runs, lookup_error='', loaded_why=''):
                 'it: check that the NVIDIA Container Toolkit is installed and works, or set verify to false to skip '
                 'this check.' % (run['command'], run['rc'], _clean(run.get('stderr'), 400).rstrip('.') or 'no message',
                                  engine, name, request.runtime_path))
-    seen = '; '.join('%s saw %s' % ('NVIDIA_VISIBLE_DEVICES=%s' % run['visible_devices']
-                                    if run['visible_devices'] is not None else 'the default runtime',
-                                    ', '.join(run['devices']) or 'no /dev/nvidia* node') for run in runs)
+    seen = '; '.join('%s saw %s' % (_asked(run), ', '.join(run['devices']) or 'no /dev/nvidia* node') for run in runs)
     return 'ran %d container%s: %s runs containers through the "%s" runtime (%s)' % (
         len(runs), '' if len(runs) == 1 else 's', engine, name, seen)
 

@@ -285,11 +285,19 @@ verification:
           (C(--runc-binary)), each named C(gpufleet-verify-PID-N).
       type: list
       elements: dict
-      sample: [{"visible_devices": "1", "command": "ctr --address /run/containerd/containerd.sock --namespace gpufleet run --rm --runc-binary /usr/bin/nvidia-container-runtime --env NVIDIA_VISIBLE_DEVICES=1 docker.io/gpufleet/busybox:1 gpufleet-verify-812-0 sh -c '...'", "devices": ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1", "/dev/nvidiactl"], "rc": 0}]
+      sample:
+        - visible_devices: "1"
+          command: >-
+            ctr --address /run/containerd/containerd.sock --namespace gpufleet run --rm
+            --runc-binary /usr/bin/nvidia-container-runtime --env NVIDIA_VISIBLE_DEVICES=1 docker.io/gpufleet/busybox:1 gpufleet-verify-812-0 sh -c '...'
+          devices: [/dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia1, /dev/nvidiactl]
+          rc: 0
     msg:
       description: What was run and seen, or why nothing was, in one line.
       type: str
-      sample: 'ran 1 container: containerd runs containers through the "nvidia" runtime (NVIDIA_VISIBLE_DEVICES=1 saw /dev/nvidia1)'
+      sample: >-
+        ran 1 container: containerd runs containers through the "nvidia" runtime
+        (NVIDIA_VISIBLE_DEVICES=1 saw /dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia1, /dev/nvidiactl)
 '''
 
 from ansible.module_utils.basic import AnsibleModule

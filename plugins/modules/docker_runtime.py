@@ -297,11 +297,17 @@ verification:
           C(NVIDIA_VISIBLE_DEVICES) (its C(visible_devices) is null).
       type: list
       elements: dict
-      sample: [{"visible_devices": "1", "command": "docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=1 --entrypoint sh gpufleet/busybox:1 -c '...'", "devices": ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1", "/dev/nvidiactl"], "rc": 0}]
+      sample:
+        - visible_devices: "1"
+          command: "docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=1 --entrypoint sh gpufleet/busybox:1 -c '...'"
+          devices: [/dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia1, /dev/nvidiactl]
+          rc: 0
     msg:
       description: What was run and seen, or why nothing was, in one line.
       type: str
-      sample: 'ran 1 container: dockerd runs containers through the "nvidia" runtime (NVIDIA_VISIBLE_DEVICES=1 saw /dev/nvidia1)'
+      sample: >-
+        ran 1 container: dockerd runs containers through the "nvidia" runtime
+        (NVIDIA_VISIBLE_DEVICES=1 saw /dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia1, /dev/nvidiactl)
 '''
 
 from ansible.module_utils.basic import AnsibleModule

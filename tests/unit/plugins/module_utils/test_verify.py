@@ -77,8 +77,8 @@ def test_one_container_per_value_each_with_the_nodes_it_saw():
     assert [(run['visible_devices'], run['devices']) for run in result['runs']] == [
         ('all', ['/dev/nvidia-uvm', '/dev/nvidia-uvm-tools', '/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl']),
         ('1', ['/dev/nvidia1', '/dev/nvidiactl']), ('GPU-b', ['/dev/nvidia1']), ('none', [])]
-    assert [run['command'] for run in result['runs']] == [THROUGH_NVIDIA % value for value in ('all', '1', 'GPU-b',
-                                                                                                'none')]
+    values = ('all', '1', 'GPU-b', 'none')
+    assert [run['command'] for run in result['runs']] == [THROUGH_NVIDIA % value for value in values]
     assert result['status'] == 'ok' and 'NVIDIA_VISIBLE_DEVICES=none saw no /dev/nvidia* node' in result['msg']
 
 
