@@ -125,6 +125,10 @@ class PrivateDaemon(object):
     def answers(self):
         raise NotImplementedError
 
+    def setup(self):
+        """Shell commands run in the new namespace after its mounts, before anything else (``gpuhost``)."""
+        return []
+
     # ---- the namespace ------------------------------------------------------------
     def namespace(self):
         """The holder's PID: a private mount namespace that outlives daemon restarts, as a host's /run does.
@@ -142,6 +146,7 @@ class PrivateDaemon(object):
                               'lowerdir=%s,upperdir=%s,workdir=%s %s; }; }' % (path, upper, work, path, upper, work,
                                                                                path))
             mounts += ['{ [ ! -d %s ] || mount -t tmpfs tmpfs %s; }' % (path, path) for path in self.PRIVATE]
+            mounts += self.setup()
             script = '%s && echo ready && exec sleep 86400' % ' && '.join(mounts)
             self.holder = subprocess.Popen(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script],
                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

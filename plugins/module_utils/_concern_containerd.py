@@ -11,10 +11,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern import Concern, engine_binary, engine_service
 
 
@@ -29,6 +32,7 @@ SPEC = dict(
     apply=dict(type='str', default='auto', choices=['auto', 'restart', 'none']),
     service_name=dict(type='str', default='containerd'),
     apply_timeout=dict(type='int', default=60),
+    **_verify.SPEC
 )
 
 
@@ -46,7 +50,12 @@ def run(module):
         timeout=params['apply_timeout'], take_over=params['take_over'])
     converge = _containerd_apply.Converge(request, service, programs, backup=params['backup'] or None,
                                           label=_host.selinux_labeller(module))
-    return _module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
+    result = _module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
+    loaded, why = _containerd_apply.runtime_loaded(result, params['name'])
+    result['verification'] = _verify.verify(
+        _verify.request_from(params, params['runtime_path']), _verify.Ctr(module.get_bin_path('ctr'), converge.address, os.getpid()),
+        run_command, module.check_mode, params['state'], loaded, loaded_why=why)
+    return result
 
 
 CONCERN = Concern('containerd', 'containerd_runtime', SPEC, run)

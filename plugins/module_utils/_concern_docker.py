@@ -16,6 +16,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_app
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern import Concern
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, socket_path_from_host
 
@@ -33,6 +34,7 @@ SPEC = dict(
     docker_host=dict(type='str', default='unix:///var/run/docker.sock'),
     service_name=dict(type='str', default='docker'),
     apply_timeout=dict(type='int', default=60, aliases=['timeout']),
+    **_verify.SPEC
 )
 
 
@@ -62,9 +64,16 @@ def run(module):
         return (_dockerd.dockerd_validator(run_command, dockerd_path, help_text=help_text),
                 _dockerd.option_keys_from_help(help_text))
 
-    return _module.config_run(module, params['path'], lambda: _docker_apply.converge(
+    result = _module.config_run(module, params['path'], lambda: _docker_apply.converge(
         request, service, api, check_mode=module.check_mode, backup=params['backup'] or None,
         label=_host.selinux_labeller(module), dockerd_checks=dockerd_checks))
+    loaded, why = _docker_apply.runtime_loaded(result, params['name'])
+    client = _verify.Docker(module.get_bin_path('docker'))
+    result['verification'] = _verify.verify(
+        _verify.request_from(params, params['runtime_path']), client,
+        _module.runner(module, {'DOCKER_HOST': params['docker_host']}), module.check_mode, params['state'], loaded,
+        loaded_why=why, default_runtime=result['default_runtime'])
+    return result
 
 
 CONCERN = Concern('docker', 'docker_runtime', SPEC, run)

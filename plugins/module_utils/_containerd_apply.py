@@ -37,6 +37,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import Doc
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import found_by
 
 CRI_PLUGIN = 'cri'
+DEFAULT_ADDRESS = '/run/containerd/containerd.sock'
 
 
 class Request(object):
@@ -188,6 +189,7 @@ class Converge(object):
         self.poll = poll
         self.result = Result(request.path)
         self.warnings = self.result['warnings'] = []
+        self.address = DEFAULT_ADDRESS  # containerd's gRPC address, as its effective configuration says (run)
 
     def run(self, check_mode=False):
         request, result = self.request, self.result
@@ -237,12 +239,12 @@ class Converge(object):
             action = result['action'] = decide(request, pid, file_changed, stale)
             if action == 'restart':
                 result['changed'] = True
+            self.address = cd.get(before, ('grpc', 'address')) or DEFAULT_ADDRESS
             if not check_mode:
                 self.write(real, current, planned.text)
                 if action == 'restart':
-                    address = cd.get(before, ('grpc', 'address')) or '/run/containerd/containerd.sock'
                     Applier(request, self.service, self.tools, real, current, self.label, self.poll,
-                            address).restart(pid)
+                            self.address).restart(pid)
             result['containerd_pid_after'] = pid if check_mode else self.service.pid()
             result['msg'] = message(result, stale, check_mode)
             return result
@@ -333,6 +335,14 @@ def decide(request, pid, file_changed, stale):
     if not file_changed and not stale:
         return 'none'
     return 'deferred' if request.apply == 'none' else 'restart'
+
+
+def runtime_loaded(result, name):
+    """``(loaded, why)``: whether the running containerd runs the runtime ``name`` after this run (it runs, it has
+    what the file says, and the runtime is in it), and in words why not (for the verification, ``_verify``)."""
+    running = bool(result['containerd_pid_after'])
+    why = 'action %s%s' % (result['action'], '' if running else ', containerd is not running')
+    return running and result['action'] != 'deferred' and name in (result.get('runtimes') or []), why
 
 
 def message(result, stale, predicted):

@@ -117,6 +117,13 @@ def decide(request, info, file_changed, differences, removals):
     return 'restart' if removals else 'reload'
 
 
+def runtime_loaded(result, name):
+    """``(loaded, why)``: whether the running dockerd runs the runtime ``name`` after this run, and in words why not
+    (for the verification, ``_verify``)."""
+    why = 'action %s%s' % (result['action'], '' if result['dockerd_pid_after'] else ', dockerd is not running')
+    return name in (result.get('runtimes') or {}), why
+
+
 def _plural(keys):
     return ', '.join('"%s"' % key for key in keys), 'is' if len(keys) == 1 else 'are'
 

@@ -17,12 +17,14 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_syste
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 
 
-def runner(module):
-    """``run(argv, data=None) -> (rc, out, err)`` on the host, in the C locale (the messages we parse are English);
-    ``data``: text for the command's standard input."""
+def runner(module, environ=None):
+    """``run(argv, data=None) -> (rc, out, err)`` on the host, in the C locale (the messages we parse are English)
+    with ``environ`` added; ``data``: text for the command's standard input."""
+    update = dict(environ or {}, LANG='C', LC_ALL='C')
+
     def run(argv, data=None):
         extra = {} if data is None else {'data': data}
-        return module.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'}, **extra)
+        return module.run_command(argv, environ_update=update, **extra)
     return run
 
 

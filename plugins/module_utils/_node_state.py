@@ -163,6 +163,8 @@ def evaluate(module, options, diff=False):
         verdict['changes'] = describe(name, verdict)
         concerns[name] = verdict
         warnings.extend('%s: %s' % (_concerns.CONCERNS[name].module, w) for w in verdict.pop('warnings'))
+        # node_state runs no container: an engine's verification (check_mode, or off) would say nothing.
+        verdict['result'].pop('verification', None)
         produced = verdict['result'].pop('diff', None)
         if produced:
             diffs.extend(produced if isinstance(produced, list) else [produced])

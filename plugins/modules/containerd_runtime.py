@@ -58,6 +58,7 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.verify
 attributes:
   check_mode:
     support: full
@@ -135,6 +136,11 @@ options:
     type: int
     default: 60
 notes:
+  - "B(Verification through ctr, not CRI.) O(verify) runs C(ctr run) in containerd's own C(gpufleet) namespace (load
+    the image there with C(ctr -n gpufleet images import FILE.tar); images of another namespace, a kubelet's
+    C(k8s.io), and dockerd 20.10's own image store are not seen), through the runtime binary O(runtime_path)
+    (C(--runc-binary)) under containerd's runc shim. A pod through the CRI plugin's runtime table, the path a
+    kubelet takes with a RuntimeClass, needs a kubelet, which this module does not run."
   - B(The service's process) is the one the init system names (systemd's C(MainPID), Upstart's C(initctl status),
     else a root-owned pid file, the SysV script's C(PIDFILE) or C(/run/containerd.pid)), and only when it is a root
     process of the host's PID namespace running the installed C(containerd), a file only root can change; only when the
@@ -247,6 +253,51 @@ msg:
   returned: always
   type: str
   sample: "/etc/containerd/config.toml changed; containerd was restarted (the file changed; running containers keep running)"
+verification:
+  description:
+    - The verification of the registered runtime (O(verify)); nothing in it is a change.
+  returned: always
+  type: dict
+  contains:
+    status:
+      description:
+        - V(off) O(verify) is false; V(check_mode); V(absent) the runtime was removed; V(not_loaded) the running
+          containerd does not run the runtime (not running, or the change is deferred); V(no_client) the ctr
+          program is missing; V(no_image) no local image to run (never pulled); V(failed) a container did not run;
+          V(ok) every container ran. Only V(no_client), V(no_image), V(failed) and V(ok) ran anything.
+      type: str
+      choices: [off, check_mode, absent, not_loaded, no_client, no_image, failed, ok]
+      sample: ok
+    verified:
+      description: True when every container ran, false when one did not, null when none was run.
+      type: bool
+      sample: true
+    image:
+      description: The image the containers ran; null when none was run.
+      type: str
+      sample: docker.io/gpufleet/busybox:1
+    runs:
+      description:
+        - One entry per container run, in order - C(visible_devices) (the C(NVIDIA_VISIBLE_DEVICES) value),
+          C(command) (as a shell would read it), C(devices) (the C(/dev/nvidia*) nodes the container saw, sorted),
+          C(rc) (the command's exit status).
+        - C(ctr) runs them in containerd's C(gpufleet) namespace through the runtime binary O(runtime_path)
+          (C(--runc-binary)), each named C(gpufleet-verify-PID-N).
+      type: list
+      elements: dict
+      sample:
+        - visible_devices: "1"
+          command: >-
+            ctr --address /run/containerd/containerd.sock --namespace gpufleet run --rm
+            --runc-binary /usr/bin/nvidia-container-runtime --env NVIDIA_VISIBLE_DEVICES=1 docker.io/gpufleet/busybox:1 gpufleet-verify-812-0 sh -c '...'
+          devices: [/dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia1, /dev/nvidiactl]
+          rc: 0
+    msg:
+      description: What was run and seen, or why nothing was, in one line.
+      type: str
+      sample: >-
+        ran 1 container: containerd runs containers through the "nvidia" runtime
+        (NVIDIA_VISIBLE_DEVICES=1 saw /dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia1, /dev/nvidiactl)
 '''
 
 from ansible.module_utils.basic import AnsibleModule

@@ -55,6 +55,7 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.verify
 attributes:
   check_mode:
     support: full
@@ -264,6 +265,49 @@ msg:
   returned: always
   type: str
   sample: "/etc/docker/daemon.json changed; dockerd was reloaded (SIGHUP, containers keep running): runtime \"nvidia\" is not loaded"
+verification:
+  description:
+    - The verification of the registered runtime (O(verify)); nothing in it is a change.
+  returned: always
+  type: dict
+  contains:
+    status:
+      description:
+        - V(off) O(verify) is false; V(check_mode); V(absent) the runtime was removed; V(not_loaded) the running
+          dockerd does not run the runtime (not running, or the change is deferred); V(no_client) the docker
+          program is missing; V(no_image) no local image to run (never pulled); V(failed) a container did not run;
+          V(ok) every container ran. Only V(no_client), V(no_image), V(failed) and V(ok) ran anything.
+      type: str
+      choices: [off, check_mode, absent, not_loaded, no_client, no_image, failed, ok]
+      sample: ok
+    verified:
+      description: True when every container ran, false when one did not, null when none was run.
+      type: bool
+      sample: true
+    image:
+      description: The image the containers ran; null when none was run.
+      type: str
+      sample: gpufleet/busybox:1
+    runs:
+      description:
+        - One entry per container run, in order - C(visible_devices) (the C(NVIDIA_VISIBLE_DEVICES) value),
+          C(command) (as a shell would read it), C(devices) (the C(/dev/nvidia*) nodes the container saw, sorted),
+          C(rc) (the command's exit status).
+        - When dockerd's default runtime is the runtime, one more container runs without C(--runtime) and without
+          C(NVIDIA_VISIBLE_DEVICES) (its C(visible_devices) is null).
+      type: list
+      elements: dict
+      sample:
+        - visible_devices: "1"
+          command: "docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=1 --entrypoint sh gpufleet/busybox:1 -c '...'"
+          devices: [/dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia1, /dev/nvidiactl]
+          rc: 0
+    msg:
+      description: What was run and seen, or why nothing was, in one line.
+      type: str
+      sample: >-
+        ran 1 container: dockerd runs containers through the "nvidia" runtime
+        (NVIDIA_VISIBLE_DEVICES=1 saw /dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia1, /dev/nvidiactl)
 '''
 
 from ansible.module_utils.basic import AnsibleModule

@@ -25,7 +25,8 @@ import tempfile
 
 import pytest
 
-from privatedaemon import PrivateDaemon, host_left_untouched, private_lock_dir  # noqa: F401 (fixtures)
+import gpuhost
+from privatedaemon import COPY_ON_WRITE, PrivateDaemon, host_left_untouched, private_lock_dir  # noqa: F401 (fixtures)
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 
@@ -110,6 +111,40 @@ class LabService(object):
 
     def logs(self, since=None, lines=200):
         return self.lab.log_tail()
+
+
+class GpuContainerd(LabContainerd):
+    """A private containerd on a fake GPU host with NVIDIA's real runtime (``gpuhost``)."""
+
+    COPY_ON_WRITE = COPY_ON_WRITE + gpuhost.COPY_ON_WRITE
+
+    def __init__(self, base):
+        LabContainerd.__init__(self, base)
+        self.gpu = gpuhost.GpuHost(base)
+
+    def argv(self):
+        return self.gpu.env + LabContainerd.argv(self)
+
+    def setup(self):
+        return self.gpu.setup()
+
+
+@pytest.fixture
+def gpu_containerd():
+    """A private containerd on a fake GPU host (``GpuContainerd``) reading a config.toml with its own paths."""
+    reason = _skip_reason() or gpuhost.missing()
+    if reason:
+        pytest.fail('real-runtime tests cannot run: %s' % reason, pytrace=False)
+    base = tempfile.mkdtemp(prefix='gfcg-', dir='/tmp')
+    os.chmod(base, 0o755)
+    lab = GpuContainerd(base)
+    with open(lab.config, 'w') as handle:
+        handle.write('version = 2\n' + settings(base))
+    try:
+        lab.start()
+        yield lab
+    finally:
+        lab.cleanup()
 
 
 @pytest.fixture

@@ -27,7 +27,8 @@ import tempfile
 
 import pytest
 
-from privatedaemon import PrivateDaemon, host_left_untouched, private_lock_dir  # noqa: F401 (fixtures)
+import gpuhost
+from privatedaemon import COPY_ON_WRITE, PrivateDaemon, host_left_untouched, private_lock_dir  # noqa: F401 (fixtures)
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
@@ -121,6 +122,41 @@ class LabService(dockerd.Dockerd):
 
     def recent_log(self, since=None):
         return self.lab.log_tail()
+
+
+class GpuDockerd(LabDockerd):
+    """A private dockerd on a fake GPU host with NVIDIA's real runtime (``gpuhost``)."""
+
+    COPY_ON_WRITE = COPY_ON_WRITE + gpuhost.COPY_ON_WRITE
+
+    def __init__(self, base, flags=()):
+        LabDockerd.__init__(self, base, flags)
+        self.gpu = gpuhost.GpuHost(base)
+
+    def argv(self):
+        return self.gpu.env + LabDockerd.argv(self)
+
+    def setup(self):
+        return self.gpu.setup()
+
+
+@pytest.fixture
+def gpu_dockerd(tmp_path):
+    """A private dockerd on a fake GPU host (``GpuDockerd``) with an image that has sh and /etc, gpufleet/gpu:1."""
+    reason = _skip_reason() or gpuhost.missing()
+    if reason:
+        pytest.fail('real-runtime tests cannot run: %s' % reason, pytrace=False)
+    base = tempfile.mkdtemp(prefix='gfdg-', dir='/tmp')
+    os.chmod(base, 0o755)
+    lab = GpuDockerd(base)
+    with open(lab.config, 'w') as handle:
+        handle.write('{}\n')
+    try:
+        lab.start()
+        lab.docker('import', gpuhost.write_rootfs(str(tmp_path / 'rootfs.tar')), 'gpufleet/gpu:1')
+        yield lab
+    finally:
+        lab.cleanup()
 
 
 @pytest.fixture

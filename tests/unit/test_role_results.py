@@ -253,16 +253,12 @@ def test_site_summary_shows_whether_a_container_ran_through_the_runtime():
     assert 'nvidia_run=n/a' in render({'persistenced': None, 'gpu_persistence': None, 'container_runtime': None})
 
 
-# container_runtime's verification: decided in roles/container_runtime/vars/main.yml from
-# the module's result and the docker CLI's answers, published as container_runtime_result.verification.
+# container_runtime's verification: decided by the engine modules (tests/unit/plugins/module_utils/test_verify.py),
+# published in each engine's result as verification; the role only says why nothing ran, or fails.
 
 REGISTERED = {'changed': True, 'action': 'reload',
               'runtimes': {'nvidia': {'path': 'nvidia-container-runtime'}, 'runc': {'path': 'runc'}},
               'default_runtime': 'runc', 'dockerd_pid_before': 41, 'dockerd_pid_after': 41}
-IMAGES = {'rc': 0, 'stdout_lines': ['<none>:<none>', 'gpufleet/busybox:lab', 'cuda:12'], 'stderr': ''}
-THROUGH_NVIDIA = ('docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all '
-                  '--entrypoint true gpufleet/busybox:lab')
-PLAIN = 'docker run --rm --network none --entrypoint true gpufleet/busybox:lab'
 
 
 def runtime_vars(**variables):
@@ -277,105 +273,26 @@ def evaluate(name, **variables):
     return runtime_vars(**variables).template(trust_as_template('{{ %s }}' % name))
 
 
-def ran(*codes, result=None, stderr=''):
-    """The registered loop of docker runs, each ending with its code."""
-    result = REGISTERED if result is None else result
-    runs = evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES, __container_runtime_docker=result)
-    assert len(runs) == len(codes)
-    return {'results': [dict(item=argv, rc=code, stderr=stderr) for argv, code in zip(runs, codes)]}
+@pytest.mark.parametrize('engine, registered', [('docker', '__container_runtime_docker'),
+                                                ('containerd', '__container_runtime_containerd')])
+def test_verification_tasks_pass_the_options_and_fail_only_on_a_failed_run(engine, registered):
+    role_tasks = tasks('container_runtime', engine + '.yml')
+    module = role_tasks[0]['gpufleet.nvidia.%s_runtime' % engine]
+    assert role_tasks[0]['register'] == registered
+    assert (module['verify'], module['verify_image'], module['verify_devices']) == (
+        '{{ container_runtime_verify }}', '{{ container_runtime_verify_image }}',
+        '{{ container_runtime_verify_devices }}')
+    assert len(role_tasks) == 3
+    conditions = dict((task['name'].split(' ')[0], task['when']) for task in role_tasks[1:])
 
+    def chosen(status):
+        values = templar(**{registered: {'verification': {'status': status, 'msg': 'x'}}})
+        return [name for name, when in conditions.items() if evaluate_conditional(values, trust_as_template(when))]
 
-def test_verification_runs_a_container_through_the_runtime_with_the_first_tagged_local_image():
-    assert evaluate('__container_runtime_image_lookup') == ['docker', 'image', 'ls', '--format',
-                                                            '{{.Repository}}:{{.Tag}}']
-    runs = evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES)
-    assert [' '.join(argv) for argv in runs] == [THROUGH_NVIDIA]
-    result = evaluate('__container_runtime_verification', __container_runtime_images=IMAGES,
-                      __container_runtime_runs=ran(0))
-    assert result == {'verified': True, 'status': 'ok', 'image': 'gpufleet/busybox:lab', 'commands': [THROUGH_NVIDIA],
-                      'msg': 'ran "%s": dockerd runs containers through the "nvidia" runtime' % THROUGH_NVIDIA}
-
-
-def test_verification_also_runs_a_plain_container_when_the_runtime_is_dockerds_default():
-    default = dict(REGISTERED, default_runtime='nvidia')
-    result = evaluate('__container_runtime_verification', __container_runtime_docker=default,
-                      __container_runtime_images=IMAGES, __container_runtime_runs=ran(0, 0, result=default))
-    assert result['verified'] is True
-    assert result['commands'] == [THROUGH_NVIDIA, PLAIN]
-
-
-def test_a_container_that_does_not_run_fails_with_the_command_and_dockers_words():
-    stderr = 'docker: Error response from daemon: exec: "nvidia-container-runtime": executable file not found.\n'
-    result = evaluate('__container_runtime_verification', __container_runtime_images=IMAGES,
-                      __container_runtime_runs=ran(127, stderr=stderr))
-    assert result['verified'] is False and result['status'] == 'failed'
-    assert result['msg'].startswith('"%s" failed (rc 127): %s. ' % (THROUGH_NVIDIA, stderr.strip().rstrip('.')))
-    assert 'NVIDIA Container Toolkit' in result['msg'] and 'container_runtime_verify' in result['msg']
-    # A second run that failed after a first that worked fails too.
-    default = dict(REGISTERED, default_runtime='nvidia')
-    result = evaluate('__container_runtime_verification', __container_runtime_docker=default,
-                      __container_runtime_images=IMAGES, __container_runtime_runs=ran(0, 1, result=default))
-    assert result['verified'] is False and result['msg'].startswith('"%s" failed (rc 1)' % PLAIN)
-
-
-def test_no_local_image_runs_nothing_and_says_which_image_to_load_or_name():
-    none = evaluate('__container_runtime_verification', __container_runtime_images=dict(IMAGES, stdout_lines=[]),
-                    __container_runtime_runs={'results': [], 'skipped': True})
-    assert none['verified'] is None and none['status'] == 'no_image' and none['commands'] == []
-    assert 'never pulls' in none['msg'] and 'container_runtime_verify_image' in none['msg']
-    assert evaluate('__container_runtime_verify_runs', __container_runtime_images={'rc': 0, 'stdout_lines': ['<none>:<none>']}) == []
-    # A named image is looked up by itself; when it is missing, the message names it.
-    named = dict(container_runtime_verify_image='nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04')
-    assert evaluate('__container_runtime_image_lookup', **named) == [
-        'docker', 'image', 'inspect', '--format', '{{.Id}}', 'nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04']
-    missing = {'rc': 1, 'stdout_lines': [], 'stderr': 'Error: No such image: nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04'}
-    result = evaluate('__container_runtime_verification', __container_runtime_images=missing, **named)
-    assert result['status'] == 'no_image' and result['image'] is None
-    assert result['msg'].startswith('image "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04" is not present locally')
-    found = evaluate('__container_runtime_verify_runs', __container_runtime_images={'rc': 0, 'stdout_lines': ['sha256:1']},
-                     **named)
-    assert [argv[-1] for argv in found] == ['nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04']
-
-
-@pytest.mark.parametrize('variables, status', [
-    ({'container_runtime_verify': False}, 'off'),
-    ({'ansible_check_mode': True}, 'check_mode'),
-    ({'container_runtime_state': 'absent'}, 'absent'),
-    ({'__container_runtime_docker': dict(REGISTERED, action='deferred', runtimes={}, dockerd_pid_after=None)},
-     'not_loaded'),
-])
-def test_nothing_is_run_where_there_is_nothing_to_verify(variables, status):
-    assert evaluate('__container_runtime_verify_skip', **variables) == status
-    # Even with an image at hand (from an earlier run of the role on the host).
-    result = evaluate('__container_runtime_verification', __container_runtime_images=IMAGES, **variables)
-    assert result['verified'] is None and result['status'] == status and result['commands'] == []
-    assert evaluate('__container_runtime_verify_runs', __container_runtime_images=IMAGES, **variables) == []
-    lookup = tasks('container_runtime', 'docker.yml')[1]
-    assert evaluate_conditional(runtime_vars(**variables), trust_as_template(lookup['when'])) is False
-
-
-def test_verification_tasks_change_nothing_and_fail_only_on_a_failed_run():
-    role_tasks = tasks('container_runtime', 'docker.yml')
-    module = role_tasks[0]['gpufleet.nvidia.docker_runtime']
-    assert module['apply_timeout'] == '{{ container_runtime_timeout }}' and 'timeout' not in module
-    for task in role_tasks[1:3]:
-        assert task['changed_when'] is False and task['failed_when'] is False
-        assert task['environment'] == {'DOCKER_HOST': '{{ container_runtime_docker_host }}'}
-    kept = role_tasks[3]['ansible.builtin.set_fact']['__container_runtime_docker_verification']
-    assert kept == '{{ __container_runtime_verification }}'
-    conditions = dict((task['name'], task['when']) for task in role_tasks[4:])
-    outcome = {'status': 'failed', 'msg': 'x'}
-    fail = [name for name, when in conditions.items()
-            if evaluate_conditional(templar(__container_runtime_docker_verification=outcome), trust_as_template(when))]
-    assert fail == ['Fail when the runtime cannot run a container']
-    outcome['status'] = 'no_image'
-    said = [name for name, when in conditions.items()
-            if evaluate_conditional(templar(__container_runtime_docker_verification=outcome), trust_as_template(when))]
-    assert said == ['Say why no container was run']
+    assert chosen('failed') == ['Fail']
+    assert chosen('no_image') == chosen('no_client') == ['Say']
     for status in ('ok', 'off', 'check_mode', 'absent', 'not_loaded'):
-        outcome['status'] = status
-        assert not any(evaluate_conditional(templar(__container_runtime_docker_verification=outcome),
-                                            trust_as_template(when)) for when in conditions.values())
+        assert chosen(status) == []
 
 
 # container_runtime's engines: the list named, auto from container_engines_info, in the role's order.
@@ -441,8 +358,7 @@ VERIFIED = {'verified': True, 'status': 'ok'}
 def test_the_result_has_every_engine_and_keeps_dockerds_at_the_top():
     both = evaluate('__container_runtime_result', container_runtime_engines=['auto'], __container_runtime_found=FOUND,
                     __container_runtime_containerd=CONTAINERD, __container_runtime_crio=SKIPPED,
-                    __container_runtime_docker=dict(REGISTERED, changed=False),
-                    __container_runtime_docker_verification=VERIFIED)
+                    __container_runtime_docker=dict(REGISTERED, changed=False, verification=VERIFIED))
     assert both['engine_list'] == ['containerd', 'docker'] and both['found'] == FOUND['engines']
     assert both['engines'] == {'containerd': CONTAINERD,
                                'docker': dict(REGISTERED, changed=False, verification=VERIFIED)}
@@ -451,7 +367,7 @@ def test_the_result_has_every_engine_and_keeps_dockerds_at_the_top():
     # containerd alone: nothing of dockerd's, not even a stale verification from an earlier include.
     alone = evaluate('__container_runtime_result', container_runtime_engines=['containerd'],
                      __container_runtime_found=SKIPPED, __container_runtime_containerd=dict(CONTAINERD, changed=False),
-                     __container_runtime_docker=SKIPPED, __container_runtime_docker_verification=VERIFIED)
+                     __container_runtime_docker=SKIPPED)
     assert alone == {'engines': {'containerd': dict(CONTAINERD, changed=False)}, 'engine_list': ['containerd'],
                      'found': None, 'changed': False}
 
