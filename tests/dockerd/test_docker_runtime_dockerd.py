@@ -247,7 +247,8 @@ def test_kill_9_mid_write_leaves_a_valid_file(tmp_path):
         config = json.loads(text)
         assert config['data-root'] == '/srv/docker'
         assert '123456789012345678901234567890' in text
-        assert config['runtimes']['nvidia']['path'].startswith('/opt/nvidia/') or 'runtimes' not in config
+        # Killed before its first write (a slow start on a busy machine), the file is still the original.
+        assert 'runtimes' not in config or config['runtimes']['nvidia']['path'].startswith('/opt/nvidia/')
         progressed.add(config.get('runtimes', {}).get('nvidia', {}).get('path'))
         stale = max(stale, len([n for n in os.listdir(str(tmp_path)) if n.endswith('.tmp')]))
     assert kills == 25
