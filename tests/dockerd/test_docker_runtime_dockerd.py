@@ -200,6 +200,8 @@ WORKER = textwrap.dedent('''
         def flags(self): return []
 
     path, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    sys.stdout.write('ready\\n')  # imported: the writes start now
+    sys.stdout.flush()
     for index in range(rounds):
         request = apply.Request(path=path, name=name, runtime_path='/opt/%%s/%%d' %% (name, index), apply='none')
         apply.converge(request, NoDockerd(), api=None)
@@ -238,10 +240,13 @@ def test_kill_9_mid_write_leaves_a_valid_file(tmp_path):
     progressed = set()
     stale = 0
     for _round in range(25):
-        proc = subprocess.Popen([sys.executable, script, path, 'nvidia', '100000'])
+        proc = subprocess.Popen([sys.executable, script, path, 'nvidia', '100000'], stdout=subprocess.PIPE)
+        # Kill it while it writes, not while Python starts (which takes longer than the sleep on a busy machine).
+        assert proc.stdout.readline() == b'ready\n'
         time.sleep(0.15 + rng.random() * 0.2)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
         kills += 1
         text = read(path).decode()
         config = json.loads(text)
