@@ -165,7 +165,11 @@ def same_file(now, original):
             removed.append(line)
     if len(added) + len(removed) > 4:
         return 'differs from the input: %d lines added, %d gone' % (len(added), len(removed))
-    show = lambda lines: ', '.join('`%s`' % line.decode('utf-8', 'replace').strip() for line in lines) or 'none'
+
+    def show(lines):
+        blank = len([line for line in lines if not line.strip()])
+        shown = ['`%s`' % line.decode('utf-8', 'replace').strip() for line in lines if line.strip()]
+        return ', '.join(shown + (['%d blank' % blank] if blank else [])) or 'none'
     return 'differs from the input: lines added %s; lines gone %s' % (show(added), show(removed))
 
 
