@@ -147,7 +147,13 @@ def differences(after, before, where=''):
                 for path in differences(after.get(key), before.get(key), '%s.%s' % (where, key) if where else key)]
     if after == before:
         return []
-    short = lambda value: json.dumps(value, sort_keys=True, ensure_ascii=False)[:80]
+
+    def short(value):
+        if value is None:
+            return '(absent)'
+        if isinstance(value, dict):
+            return '(a table)'
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)[:80]
     return ['%s: %s -> %s' % (where or '(all)', short(before), short(after))]
 
 
