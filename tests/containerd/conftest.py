@@ -182,7 +182,12 @@ def busybox_rootfs(lab_containerd):
     """A one-binary root file system (busybox-static) for ``ctr run --rootfs``: no registry, no image."""
     if not os.path.exists(BUSYBOX):
         pytest.fail('busybox-static not installed (requirements/apt-dockerd.txt)', pytrace=False)
-    rootfs = os.path.join(lab_containerd.base, 'rootfs')
+    return make_busybox_rootfs(lab_containerd)
+
+
+def make_busybox_rootfs(lab):
+    """``lab.base``/rootfs: busybox-static with its ``sh`` and ``sleep`` links (``release`` unmounts it)."""
+    rootfs = os.path.join(lab.base, 'rootfs')
     os.makedirs(os.path.join(rootfs, 'bin'))
     shutil.copy(BUSYBOX, os.path.join(rootfs, 'bin', 'busybox'))
     for applet in ('sh', 'sleep'):

@@ -183,7 +183,11 @@ def busybox_image(lab_dockerd, tmp_path):
     """A one-file image imported from busybox-static (no registry needed)."""
     if not os.path.exists(BUSYBOX):
         pytest.fail('busybox-static not installed (requirements/apt-dockerd.txt)', pytrace=False)
-    tarball = str(tmp_path / 'rootfs.tar')
+    return import_busybox(lab_dockerd, str(tmp_path / 'rootfs.tar'))
+
+
+def import_busybox(lab, tarball):
+    """Import busybox-static (``tarball``: where to write its one-file root) as ``gpufleet/busybox:1``."""
     with tarfile.open(tarball, 'w') as tar:
         tar.add(BUSYBOX, arcname='bin/busybox')
         for applet in ('sh', 'sleep'):
@@ -191,7 +195,7 @@ def busybox_image(lab_dockerd, tmp_path):
             info.type = tarfile.SYMTYPE
             info.linkname = 'busybox'
             tar.addfile(info)
-    lab_dockerd.docker('import', tarball, 'gpufleet/busybox:1')
+    lab.docker('import', tarball, 'gpufleet/busybox:1')
     return 'gpufleet/busybox:1'
 
 

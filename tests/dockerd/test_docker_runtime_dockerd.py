@@ -200,6 +200,8 @@ WORKER = textwrap.dedent('''
         def flags(self): return []
 
     path, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    sys.stdout.write('ready\\n')  # imported: the writes start now
+    sys.stdout.flush()
     for index in range(rounds):
         request = apply.Request(path=path, name=name, runtime_path='/opt/%%s/%%d' %% (name, index), apply='none')
         apply.converge(request, NoDockerd(), api=None)
@@ -238,15 +240,19 @@ def test_kill_9_mid_write_leaves_a_valid_file(tmp_path):
     progressed = set()
     stale = 0
     for _round in range(25):
-        proc = subprocess.Popen([sys.executable, script, path, 'nvidia', '100000'])
+        proc = subprocess.Popen([sys.executable, script, path, 'nvidia', '100000'], stdout=subprocess.PIPE)
+        # Kill it while it writes, not while Python starts (which takes longer than the sleep on a busy machine).
+        assert proc.stdout.readline() == b'ready\n'
         time.sleep(0.15 + rng.random() * 0.2)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
         kills += 1
         text = read(path).decode()
         config = json.loads(text)
         assert config['data-root'] == '/srv/docker'
         assert '123456789012345678901234567890' in text
+        # Killed before its first write (a slow start on a busy machine), the file is still the original.
         assert 'runtimes' not in config or config['runtimes']['nvidia']['path'].startswith('/opt/nvidia/')
         progressed.add(config.get('runtimes', {}).get('nvidia', {}).get('path'))
         stale = max(stale, len([n for n in os.listdir(str(tmp_path)) if n.endswith('.tmp')]))
