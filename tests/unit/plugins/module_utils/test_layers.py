@@ -34,6 +34,7 @@ BOTTOM = {
 PURE = {
     '_containerd': {'_errors', '_tomli', '_toml_splice'},
     '_crio': {'_errors', '_tomli', '_toml_splice'},
+    '_toolkit': {'_errors'},
 }
 HOST_MODULES = {'os', 'subprocess', 'socket', 'fcntl', 'signal', 'shutil', 'glob'}
 
