@@ -33,6 +33,9 @@ TOKEN_RE = re.compile(r'\A[^\s\x00-\x1f\x7f]+\Z')
 URL_RE = re.compile(r'\A[a-z][a-z0-9+.-]*:[^\s\x00-\x1f\x7f]+\Z')
 KEY_BEGIN = '-----BEGIN PGP PUBLIC KEY BLOCK-----'
 KEY_END = '-----END PGP PUBLIC KEY BLOCK-----'
+# Every action the container_toolkit role knows (the evaluation's ``actions`` are some of them, in the role's order).
+ACTIONS = ('write_key', 'write_source', 'remove_key', 'remove_source', 'update_index', 'unhold', 'install', 'remove',
+           'hold')
 # dpkg states (the third word of Status) in which a package's files are on the host.
 ON_HOST = ('installed', 'half-configured', 'unpacked', 'half-installed', 'triggers-awaited', 'triggers-pending')
 
