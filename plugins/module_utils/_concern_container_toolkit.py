@@ -30,7 +30,7 @@ SPEC = dict(
     repo_url=dict(type='str'),
     repo_suite=dict(type='str', default='/'),
     repo_components=dict(type='list', elements='str', default=[]),
-    repo_key=dict(type='str'),
+    repo_key=dict(type='str', no_log=False),  # a public key
     hold=dict(type='bool', default=True),
 )
 FILE_LIMIT = 1 << 20
@@ -67,13 +67,14 @@ def available_versions(module, names):
 
 
 def result_of(request, packages, drift, actions, available):
+    names = request['packages']
+    known = None if available is None else _toolkit.all_available(available, names, request['version'])
     return dict(
         changed=False, converged=not drift, drift=drift, actions=actions, state=request['state'],
         version=request['version'], package_manager='apt',
-        installed=dict((name, packages[name]['version']) for name in request['packages']),
-        held=dict((name, packages[name]['held']) for name in request['packages']),
-        available=None if available is None else _toolkit.all_available(available, request['packages'],
-                                                                           request['version']),
+        installed=dict((name, packages[name]['version']) for name in names),
+        held=dict((name, packages[name]['held']) for name in names),
+        available=known,
         files={'key': _toolkit.KEY_PATH, 'source': _toolkit.SOURCE_PATH},
         msg='converged' if not drift else 'drifted: ' + '; '.join(drift))
 

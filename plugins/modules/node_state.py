@@ -156,7 +156,7 @@ concerns:
   contains:
     converged:
       description: The concern's module would change nothing and not fail (for C(container_toolkit), a read-only
-        concern, its own RV(concerns.result.converged)).
+        concern, the C(converged) of its result).
       type: bool
       sample: false
     failed:

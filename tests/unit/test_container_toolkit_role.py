@@ -187,8 +187,8 @@ def test_the_result_is_the_last_evaluation_with_what_was_done():
 
 def test_a_host_still_drifted_after_the_role_fails_naming_itself():
     [task] = [t for t in role_tasks() if t['name'] == 'Fail where the host is still not as wanted']
-    values = variables(__container_toolkit_after={'converged': False, 'msg': 'drifted: nvidia-container-toolkit is '
-                                                                                'not held'})
+    still = {'converged': False, 'msg': 'drifted: nvidia-container-toolkit is not held'}
+    values = variables(__container_toolkit_after=still)
     assert all(evaluate_conditional(templar(**values), trust_as_template(c)) for c in task['when'])
     msg = templar(**values).template(trust_as_template(task['ansible.builtin.fail']['msg']))
     assert msg.startswith('h1: ') and 'not held' in msg
