@@ -42,21 +42,25 @@ _value:
   description:
     - C(hosts), one row per host (C(host), C(status) converged/drifted/failed/unreachable, C(init), C(daemon),
       C(gpus_off) (the GPUs not in their mode, as C(index:mode->wanted)), C(engines_off) (the engines whose runtime
-      registration drifted, as C(engine:action)), C(drifted), C(errors)); C(counts) per status; C(table), the rows as
-      text lines.
+      registration drifted, as C(engine:action)), C(toolkit) (NVIDIA's container toolkit, C(n/a) when not evaluated,
+      its installed version when converged, else C(INSTALLED->WANTED:ACTIONS), versions checked for shape), C(drifted),
+      C(errors)); C(counts) per status; C(table), the rows as text lines (the C(toolkit) column only when a host
+      evaluated it).
   type: dict
 '''
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
-    TEXT, Malformed, describe, expect, printable)
+    TEXT, Malformed, describe, expect, printable, toolkit_cell)
 
 ENGINES = ('containerd', 'crio', 'docker')
 COLUMNS = ('host', 'status', 'init', 'daemon', 'gpus_off', 'engines_off')
+# A column shown only when a host evaluated the concern (gpu_node_container_toolkit is off by default).
+TOOLKIT = 'toolkit'
 
 
 def _empty_row(host):
     return {'host': host, 'status': 'unreachable', 'init': 'n/a', 'daemon': 'n/a', 'gpus_off': [], 'engines_off': [],
-            'drifted': [], 'errors': {}}
+            'toolkit': 'n/a', 'drifted': [], 'errors': {}}
 
 
 def _text(mapping, key, what):
@@ -116,6 +120,9 @@ def _state_row(host, state):
     if 'persistenced' in verdicts:
         row['daemon'] = _daemon(verdicts['persistenced'])
     row['gpus_off'] = _gpus_off(results.get('gpu_persistence', {}))
+    if 'container_toolkit' in verdicts:
+        verdict = verdicts['container_toolkit']
+        row['toolkit'] = toolkit_cell(verdict['result'], verdict['converged'], verdict['failed'])
     row['engines_off'] = ['%s:%s' % (name, 'error' if verdicts[name]['failed'] else
                                      _text(results[name], 'action', name))
                           for name in ENGINES if name in verdicts and not verdicts[name]['converged']]
@@ -147,10 +154,11 @@ def drift_report(states, errors=None):
     counts = {}
     for row in rows:
         counts[row['status']] = counts.get(row['status'], 0) + 1
-    cells = [[(','.join(row[c]) or '-') if isinstance(row[c], list) else row[c] for c in COLUMNS] for row in rows]
-    widths = [max([len(c)] + [len(cell[i]) for cell in cells]) for i, c in enumerate(COLUMNS)]
+    columns = COLUMNS + ((TOOLKIT,) if any(row[TOOLKIT] != 'n/a' for row in rows) else ())
+    cells = [[(','.join(row[c]) or '-') if isinstance(row[c], list) else row[c] for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(cell[i]) for cell in cells]) for i, c in enumerate(columns)]
     line = '  '.join('%%-%ds' % w for w in widths)
-    table = [(line % COLUMNS).rstrip()] + [(line % tuple(cell)).rstrip() for cell in cells]
+    table = [(line % columns).rstrip()] + [(line % tuple(cell)).rstrip() for cell in cells]
     for row in rows:
         for concern, msg in sorted(row['errors'].items()):
             table.append('%s %s: %s' % (row['host'], concern, msg))

@@ -14,7 +14,8 @@ version_added: 0.1.0
 description:
   - Turns the play's hosts, each healthy host's C(gpu_node_result) and each failed host's message into one line per
     host, C(HOST ok found=... init=... daemon=... gpus=... docker_runtimes=... docker_action=...
-    nvidia_run=...) (and C(containerd_*), C(crio_*) for those engines), C(HOST MESSAGE) for a failed host, or
+    nvidia_run=...) (and C(toolkit=VERSION) where the node has NVIDIA's container toolkit concern, C(containerd_*),
+    C(crio_*) for those engines), C(HOST MESSAGE) for a failed host, or
     C(HOST unreachable).
   - "What a host returned is untrusted data. A result of the wrong shape gives that host the line
     C(HOST failed: its gpu_node_result was malformed), with what was wrong, and leaves the other lines alone;
@@ -53,7 +54,7 @@ _value:
 '''
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
-    TEXT, Malformed, describe, expect, printable)
+    TEXT, Malformed, describe, expect, printable, toolkit_cell)
 
 OTHER_ENGINES = ('containerd', 'crio')
 
@@ -115,6 +116,10 @@ def node_line(node):
         'docker_action=' + _text(runtime, 'action', 'container_runtime'),
         'nvidia_run=' + _text(_mapping(runtime, 'verification', 'container_runtime'), 'status', 'verification'),
     ]
+    if node.get('container_toolkit') is not None:
+        toolkit = _mapping(node, 'container_toolkit', 'gpu_node_result')
+        converged = expect(toolkit.get('converged', False), bool, 'container_toolkit.converged')
+        words.append('toolkit=' + toolkit_cell(toolkit, converged, False))
     return ' '.join(words + _engine_words(_mapping(runtime, 'engines', 'container_runtime')))
 
 

@@ -106,7 +106,9 @@ def check(module, concern, params, diff=False):
         result, failed = {'msg': '%s could not be evaluated: %s: %s' % (
             concern.module, type(exc).__name__, exc), 'exception': traceback.format_exc()}, True
     result = dict(result)
-    return {'converged': not failed and not result.get('changed'), 'failed': failed, 'result': result,
+    # A read-only concern (container_toolkit) changes nothing in any mode and says ``converged: false`` itself.
+    converged = not failed and not result.get('changed') and result.get('converged') is not False
+    return {'converged': converged, 'failed': failed, 'result': result,
             'warnings': stand_in.warnings}
 
 
@@ -131,6 +133,8 @@ def describe(name, verdict):
         if result.get('state_changed'):
             gpus.append('state file')
         return ', '.join(gpus)
+    if name == 'container_toolkit':
+        return '; '.join(result.get('drift', []))
     if name in _concerns.ENGINES:
         return 'action %s%s' % (result.get('action'), ', file changes' if result.get('file_changed') else '')
     return ', '.join(result.get('actions', [])) or result.get('msg', 'changes')

@@ -14,7 +14,8 @@ version_added: 0.1.0
 description:
   - Evaluates every requested concern of a GPU node, the /dev/char links (M(gpufleet.nvidia.device_links)), the
     persistence daemon (M(gpufleet.nvidia.persistenced)), the GPUs' persistence modes
-    (M(gpufleet.nvidia.gpu_persistence)) and the runtime registration of each container engine
+    (M(gpufleet.nvidia.gpu_persistence)), NVIDIA's container toolkit packages (M(gpufleet.nvidia.container_toolkit_info))
+    and the runtime registration of each container engine
     (M(gpufleet.nvidia.containerd_runtime), M(gpufleet.nvidia.crio_runtime), M(gpufleet.nvidia.docker_runtime)),
     in one module run on the host, and changes nothing.
   - Each concern is evaluated by running that concern module's own code in check mode with the options given here,
@@ -60,6 +61,10 @@ options:
     description:
       - The options of M(gpufleet.nvidia.gpu_persistence) to evaluate; omitted or null leaves the concern out.
     type: dict
+  container_toolkit:
+    description:
+      - The options of M(gpufleet.nvidia.container_toolkit_info) to evaluate; omitted or null leaves the concern out.
+    type: dict
   engines:
     description:
       - The container engines whose registration is evaluated, from V(containerd), V(crio), V(docker) and V(auto)
@@ -94,6 +99,7 @@ seealso:
   - module: gpufleet.nvidia.device_links
   - module: gpufleet.nvidia.persistenced
   - module: gpufleet.nvidia.gpu_persistence
+  - module: gpufleet.nvidia.container_toolkit_info
   - module: gpufleet.nvidia.containerd_runtime
   - module: gpufleet.nvidia.crio_runtime
   - module: gpufleet.nvidia.docker_runtime
@@ -137,8 +143,8 @@ run:
   elements: str
   sample: [gpu_persistence]
 evaluated:
-  description: The concerns evaluated, in order (C(device_links), C(persistenced), C(gpu_persistence), C(containerd),
-    C(crio), C(docker)).
+  description: The concerns evaluated, in order (C(device_links), C(persistenced), C(gpu_persistence),
+    C(container_toolkit), C(containerd), C(crio), C(docker)).
   returned: always
   type: list
   elements: str
@@ -149,7 +155,8 @@ concerns:
   type: dict
   contains:
     converged:
-      description: The concern's module would change nothing and not fail.
+      description: The concern's module would change nothing and not fail (for C(container_toolkit), a read-only
+        concern, the C(converged) of its result).
       type: bool
       sample: false
     failed:
@@ -207,6 +214,7 @@ def main():
             device_links=dict(type='dict'),
             persistenced=dict(type='dict'),
             gpu_persistence=dict(type='dict'),
+            container_toolkit=dict(type='dict'),
             engines=dict(type='list', elements='str', default=[], choices=['auto', 'containerd', 'crio', 'docker']),
             containerd=dict(type='dict'),
             crio=dict(type='dict'),

@@ -15,7 +15,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 TEXT = (type(u''),)
+# A Debian package version (policy 5.6.12), as a host reports one.
+VERSION = re.compile(r'\A(?:[0-9]+:)?[0-9][A-Za-z0-9.+~:-]*\Z')
 # What a value is, in the words of JSON (Ansible hands templated values over as subclasses of these).
 KINDS = ((bool, 'a boolean'), (TEXT[0], 'a string'), (int, 'a number'), (float, 'a number'), (dict, 'a mapping'),
          (list, 'a list'), (type(None), 'null'))
@@ -54,3 +58,34 @@ def _name(kind):
 
 def _kinds(kind):
     return kind if isinstance(kind, tuple) else (kind,)
+
+
+def expect_version(value, what):
+    """A package version a host reported: ``none`` for null, the version when it has a version's shape, else
+    Malformed (a version is printed in reports and compared, never trusted as free text)."""
+    if value is None:
+        return u'none'
+    value = expect(value, TEXT, what)
+    if not VERSION.match(value):
+        raise Malformed('%s is not a package version (%s)' % (what, printable(value[:40])))
+    return value
+
+
+def toolkit_cell(verdict_result, converged, failed):
+    """The container toolkit in one word for a report: its installed version (that of the first package) when
+    converged, ``INSTALLED->WANTED:ACTION,...`` when not, ``error`` when its evaluation failed."""
+    if failed:
+        return u'error'
+    installed = expect(verdict_result.get('installed'), dict, 'container_toolkit.installed', {})
+    versions = [expect_version(installed[name], 'container_toolkit.installed.%s' % printable(name))
+                for name in sorted(installed)]
+    have = versions[0] if len(set(versions)) == 1 else u'mixed' if versions else u'none'
+    if converged:
+        return have
+    wanted = expect_version(verdict_result.get('version'), 'container_toolkit.version')
+    actions = [expect(action, TEXT, 'container_toolkit.actions[]')
+               for action in expect(verdict_result.get('actions'), list, 'container_toolkit.actions', [])]
+    for action in actions:
+        if not re.match(r'\A[a-z_]{1,20}\Z', action):
+            raise Malformed('container_toolkit.actions holds %s, not an action' % printable(action[:40]))
+    return u'%s%s:%s' % (have, u'' if have == wanted else u'->' + wanted, u','.join(actions) or u'-')

@@ -31,6 +31,7 @@ TASKS = {
     'device_links': ('roles/gpu_node/tasks/concerns.yml', 'gpufleet.nvidia.device_links'),
     'persistenced': ('roles/persistenced/tasks/main.yml', 'gpufleet.nvidia.persistenced'),
     'gpu_persistence': ('roles/gpu_persistence/tasks/set.yml', 'gpufleet.nvidia.gpu_persistence'),
+    'container_toolkit': ('roles/container_toolkit/tasks/main.yml', 'gpufleet.nvidia.container_toolkit_info'),
     'containerd': ('roles/container_runtime/tasks/containerd.yml', 'gpufleet.nvidia.containerd_runtime'),
     'crio': ('roles/container_runtime/tasks/crio.yml', 'gpufleet.nvidia.crio_runtime'),
     'docker': ('roles/container_runtime/tasks/docker.yml', 'gpufleet.nvidia.docker_runtime'),
@@ -44,7 +45,10 @@ def load(path):
 
 def task_args(path, module):
     found = [task[module] for task in load(path) if module in task]
-    assert len(found) == 1, '%s: %d tasks call %s' % (path, len(found), module)
+    # One set of options: the container_toolkit role evaluates twice (before and after its changes), with the
+    # same options (a YAML alias).
+    assert len(found) >= 1 and all(args == found[0] for args in found), '%s: %d tasks call %s' % (
+        path, len(found), module)
     return found[0]
 
 
@@ -54,12 +58,14 @@ def node_state_args():
 
 
 def role_variables(**changed):
-    """The four roles' defaults and gpu_node's vars, as Ansible holds them (strings are templates), then ``changed``."""
+    """The five roles' defaults and gpu_node's vars, as Ansible holds them (strings are templates), then ``changed``."""
     found = {}
     for path in ('roles/persistenced/defaults/main.yml', 'roles/gpu_persistence/defaults/main.yml',
+                 'roles/container_toolkit/defaults/main.yml',
                  'roles/container_runtime/defaults/main.yml', 'roles/gpu_node/defaults/main.yml',
                  'roles/gpu_node/vars/main.yml'):
         found.update(trusted_tree(load(path) or {}))
+    found['gpu_node_container_toolkit'] = True  # off by default; what node_state gets when it is on
     found.update(changed)
     return found
 
@@ -71,7 +77,7 @@ def render(template, **changed):
 def read_by(concern):
     """The role variables the concern's role task reads."""
     text = yaml.safe_dump(task_args(*TASKS[concern]))
-    return sorted(set(re.findall(r'\b(?:persistenced|gpu_persistence|container_runtime|gpu_node)_\w+', text)))
+    return sorted(set(re.findall(r'\b(?:persistenced|gpu_persistence|container_toolkit|container_runtime|gpu_node)_\w+', text)))
 
 
 def another(value):

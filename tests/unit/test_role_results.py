@@ -21,7 +21,7 @@ from core_compat import evaluate_conditional, trust_as_template
 from role_templates import site_summary, templar, trusted_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-INNER = ('persistenced', 'gpu_persistence', 'container_runtime')
+INNER = ('persistenced', 'gpu_persistence', 'container_toolkit', 'container_runtime')
 
 
 def read(*path):
@@ -117,11 +117,15 @@ def test_gpu_node_result_holds_each_concern_or_null():
     assert node_result(persistenced_result=persistenced, gpu_persistence_result=skipped, gpu_node_state=skipped,
                        container_runtime_result=runtime, __gpu_node_device_links=links) == {
         'state': None, 'device_links': links, 'persistenced': persistenced, 'gpu_persistence': None,
-        'container_runtime': runtime}
+        'container_toolkit': None, 'container_runtime': runtime}
     # --tags persistenced: the other tasks never ran, so their results are undefined.
     assert node_result(persistenced_result=persistenced) == {
         'state': None, 'device_links': None, 'persistenced': persistenced, 'gpu_persistence': None,
-        'container_runtime': None}
+        'container_toolkit': None, 'container_runtime': None}
+    # the toolkit's role ran: its result
+    toolkit = {'changed': True, 'converged': True, 'installed': {'nvidia-container-toolkit': '1.20.0-1'},
+               'actions': ['install', 'hold']}
+    assert node_result(container_toolkit_result=toolkit)['container_toolkit'] == toolkit
     # gpu_node_device_links: false skips the module.
     assert node_result(__gpu_node_device_links=skipped)['device_links'] is None
 
@@ -158,6 +162,9 @@ def test_gpu_node_result_takes_node_states_verdict_for_what_did_not_run():
       'gpu_persistence': {'converged': False, 'result': {'changed': True, 'gpus': [{'index': 0}]}}}, []),
     ({'docker': {'converged': True, 'result': {'changed': False, 'action': 'none', 'runtimes': {'nvidia': {}}}}},
      ['docker']),
+    ({'container_toolkit': {'converged': True, 'result': {'changed': False, 'converged': True,
+                                                          'installed': {'nvidia-container-toolkit': '1.20.0-1'}}}},
+     []),
     ({'containerd': {'converged': True, 'result': {'changed': False, 'action': 'none', 'runtimes': ['nvidia']}},
       'crio': {'converged': False, 'result': {'changed': True, 'action': 'reload'}}}, ['containerd', 'crio']),
     ({'device_links': {'converged': True, 'result': {'changed': False}},
@@ -177,7 +184,8 @@ def test_what_a_converged_node_publishes_is_the_result_of_nothing_run(concerns, 
     expected = node_result(gpu_node_state=state)
     assert node_result_checked(gpu_node_state=state) == expected
     assert node_result(gpu_node_state=state, persistenced_result=skipped, gpu_persistence_result=skipped,
-                       container_runtime_result=skipped, __gpu_node_device_links=skipped) == expected
+                       container_toolkit_result=skipped, container_runtime_result=skipped,
+                       __gpu_node_device_links=skipped) == expected
     assert expected['state'] == state
 
 

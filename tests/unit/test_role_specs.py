@@ -13,6 +13,8 @@ from importlib.util import module_from_spec, spec_from_loader
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The roles gpu_node imports, in its order (the toolkit's packages before any runtime registration).
+INNER = ('persistenced', 'gpu_persistence', 'container_toolkit', 'container_runtime')
 
 
 def load(role, entry='main'):
@@ -34,28 +36,27 @@ def test_gpu_node_spec_matches_its_generator():
 
 def test_every_inner_option_is_validated_by_gpu_node():
     node = load('gpu_node')['options']
-    for role in ('persistenced', 'gpu_persistence', 'container_runtime'):
+    for role in INNER:
         for name, option in load(role)['options'].items():
             assert node.get(name) == option, '%s.%s differs in gpu_node; run scripts/sync-gpu-node-spec' % (role, name)
     with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'concerns.yml')) as handle:
         tasks = yaml.safe_load(handle)
     imports = [t['ansible.builtin.import_role'] for t in tasks if 'ansible.builtin.import_role' in t]
-    assert [i['name'] for i in imports] == ['gpufleet.nvidia.%s' % role for role in
-                                            ('persistenced', 'gpu_persistence', 'container_runtime')]
-    assert [i.get('rolespec_validate') for i in imports] == [False, False, False]
+    assert [i['name'] for i in imports] == ['gpufleet.nvidia.%s' % role for role in INNER]
+    assert [i.get('rolespec_validate') for i in imports] == [False] * len(INNER)
     # evaluate.yml (main's first step) loads only their defaults (an entry point without tasks, so no spec is
     # validated there either)
     with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'evaluate.yml')) as handle:
         defaults = [t['ansible.builtin.import_role'] for t in yaml.safe_load(handle) if 'ansible.builtin.import_role' in t]
     assert [(i['name'], i['tasks_from']) for i in defaults] == [
-        ('gpufleet.nvidia.%s' % role, 'defaults.yml') for role in ('persistenced', 'gpu_persistence', 'container_runtime')]
-    for role in ('persistenced', 'gpu_persistence', 'container_runtime'):
+        ('gpufleet.nvidia.%s' % role, 'defaults.yml') for role in INNER]
+    for role in INNER:
         with open(os.path.join(ROOT, 'roles', role, 'tasks', 'defaults.yml')) as handle:
             assert yaml.safe_load(handle) == [], role
 
 
 def test_each_role_defaults_every_option_its_spec_documents():
-    for role in ('persistenced', 'gpu_persistence', 'container_runtime', 'gpu_node'):
+    for role in INNER + ('gpu_node',):
         with open(os.path.join(ROOT, 'roles', role, 'defaults', 'main.yml')) as handle:
             defaults = yaml.safe_load(handle)
         options = load(role)['options']

@@ -162,3 +162,55 @@ def test_host_text_is_printed_escaped_one_line_per_row():
     assert table[-2:] == ['h1 containerd: ' + ESCAPED, 'h2 host: ' + ESCAPED]
     for line in table:
         assert line.isprintable(), line
+
+
+# NVIDIA's container toolkit: a column only where a host evaluated it; versions from hosts checked for shape.
+
+def toolkit(converged, installed, actions=(), failed=False, version='1.20.0-1'):
+    result = {'converged': converged, 'installed': installed, 'version': version,
+              'actions': list(actions) if isinstance(actions, tuple) else actions,
+              'msg': 'container_toolkit_info: no apt' if failed else ''}
+    return verdict(result, converged, failed)
+
+
+BOTH = {'nvidia-container-toolkit': '1.20.0-1', 'nvidia-container-toolkit-base': '1.20.0-1'}
+
+
+def with_toolkit(state, toolkit_verdict):
+    return dict(state, concerns=dict(state['concerns'], container_toolkit=toolkit_verdict))
+
+
+def test_the_toolkit_column_appears_only_when_a_host_evaluated_it():
+    without = drift_report({'h1': CONVERGED})
+    assert 'toolkit' not in without['table'][0] and without['hosts'][0]['toolkit'] == 'n/a'
+    report = drift_report({
+        'h1': with_toolkit(CONVERGED, toolkit(True, BOTH)),
+        'h2': with_toolkit(DRIFTED, toolkit(False, dict(BOTH, **{'nvidia-container-toolkit': '1.19.0-1'}),
+                                            ['install', 'hold'])),
+        'h3': with_toolkit(DRIFTED, toolkit(False, dict.fromkeys(BOTH), ['write_key', 'write_source', 'update_index',
+                                                                         'install', 'hold'])),
+        'h4': with_toolkit(DRIFTED, toolkit(False, BOTH, ['hold'])),
+        'h5': with_toolkit(CONVERGED, toolkit(False, {}, failed=True)),
+        'h6': CONVERGED})
+    cells = dict((row['host'], row['toolkit']) for row in report['hosts'])
+    assert cells == {'h1': '1.20.0-1', 'h2': 'mixed->1.20.0-1:install,hold',
+                     'h3': 'none->1.20.0-1:write_key,write_source,update_index,install,hold', 'h4': '1.20.0-1:hold',
+                     'h5': 'error', 'h6': 'n/a'}
+    assert report['table'][0].split()[-1] == 'toolkit'
+    assert report['table'][1].split()[-1] == '1.20.0-1' and report['table'][6].split()[-1] == 'n/a'
+
+
+@pytest.mark.parametrize('installed, actions', [
+    ({'nvidia-container-toolkit': '1.20.0-1\nh9 converged'}, []),
+    ({'nvidia-container-toolkit': '$(reboot)'}, []),
+    ({'nvidia-container-toolkit': 120}, []),
+    ('1.20.0-1', []),
+    (BOTH, ['install\x1b[2J']),
+    (BOTH, 'install'),
+])
+def test_a_hostile_toolkit_result_fails_that_row_alone(installed, actions):
+    report = drift_report({'h1': with_toolkit(DRIFTED, toolkit(False, installed, actions)), 'h2': CONVERGED})
+    rows = dict((row['host'], row) for row in report['hosts'])
+    assert rows['h1']['status'] == 'failed' and 'malformed' in rows['h1']['errors']['host']
+    assert rows['h2']['status'] == 'converged'
+    assert all(line.isprintable() for line in report['table'])

@@ -74,3 +74,19 @@ def test_every_printed_value_is_escaped_one_line_per_host():
         assert word + ESCAPED in lines[0], word
     assert lines[1] == 'h2\\n ' + ESCAPED
     assert lines[2] == 'h3 failed, its message malformed (a mapping, not a string)'
+
+
+def test_the_toolkit_word_where_the_node_has_the_concern():
+    installed = {'nvidia-container-toolkit': '1.20.0-1', 'nvidia-container-toolkit-base': '1.20.0-1'}
+    node = dict(NODE, container_toolkit={'converged': True, 'installed': installed, 'version': '1.20.0-1',
+                                         'actions': ['install', 'hold']})
+    assert fleet_summary(['h1'], {'h1': node}) == [HEALTHY.replace(' containerd_', ' toolkit=1.20.0-1 containerd_', 1)]
+    # check mode: what would be done
+    node['container_toolkit'] = dict(node['container_toolkit'], converged=False,
+                                     installed=dict.fromkeys(installed))
+    assert ' toolkit=none->1.20.0-1:install,hold ' in fleet_summary(['h1'], {'h1': node})[0]
+    # switched off: no word, the line as before
+    assert fleet_summary(['h1'], {'h1': dict(NODE, container_toolkit=None)}) == [HEALTHY]
+    # a version that is not one fails that host's line
+    node['container_toolkit'] = dict(node['container_toolkit'], installed={'nvidia-container-toolkit': 'a b'})
+    assert 'was malformed' in fleet_summary(['h1'], {'h1': node})[0]

@@ -35,6 +35,7 @@ PURE = {
     '_containerd': {'_errors', '_tomli', '_toml_splice'},
     '_crio': {'_errors', '_tomli', '_toml_splice'},
     '_verify': set(),
+    '_toolkit': {'_errors'},
 }
 HOST_MODULES = {'os', 'subprocess', 'socket', 'fcntl', 'signal', 'shutil', 'glob'}
 

@@ -29,6 +29,7 @@ OWN = {
     'device_links': {'_concern_device_links', '_dev_char'},
     'persistenced': {'_concern_persistenced', '_persistenced_deploy'},
     'gpu_persistence': {'_concern_gpu_persistence', '_gpu_apply'},
+    'container_toolkit_info': {'_concern_container_toolkit', '_toolkit'},
     'containerd_runtime': {'_concern_containerd', '_containerd_apply', '_containerd'},
     'crio_runtime': {'_concern_crio', '_crio_apply', '_crio'},
     'docker_runtime': {'_concern_docker', '_docker_apply', '_daemon_json', '_json_splice'},
