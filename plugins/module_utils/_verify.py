@@ -40,8 +40,12 @@ NAMESPACE = 'gpufleet'
 DEFAULT_DEVICES = ('all',)
 # Nothing is run: verify is off, check mode, the runtime was removed, or the engine does not run it.
 SKIPPED = ('off', 'check_mode', 'absent', 'not_loaded')
-STATUSES = SKIPPED + ('no_client', 'no_image', 'failed', 'ok')
+STATUSES = SKIPPED + ('no_client', 'no_image', 'failed', 'no_gpu', 'ok')
 DEVICE = re.compile(r'^/dev/nvidia\S*$')
+# A GPU's own node (the control nodes nvidiactl, nvidia-uvm... are not a GPU).
+GPU_DEVICE = re.compile(r'^/dev/nvidia[0-9]+$')
+# NVIDIA_VISIBLE_DEVICES values that ask for no GPU (NVIDIA's runtime: void, none, or empty).
+NO_GPU_ASKED = (None, '', 'void', 'none')
 # The engine modules' verification options (docker_runtime, containerd_runtime), declared once.
 SPEC = dict(
     verify=dict(type='bool', default=False),
@@ -180,7 +184,7 @@ def outcome(request, client, status, image=None, runs=(), lookup_error='', loade
     """The published verification: ``status``, ``verified``, ``image``, ``runs``, ``msg`` (pure)."""
     runs = list(runs)
     return {'status': status,
-            'verified': True if status == 'ok' else False if status == 'failed' else None,
+            'verified': True if status == 'ok' else False if status in ('failed', 'no_gpu') else None,
             'image': image or None,
             'runs': runs,
             'msg': message(request, client, status, runs, lookup_error, loaded_why)}
@@ -195,6 +199,11 @@ def _asked(run):
     if run['visible_devices'] is None:
         return 'the default runtime'
     return 'NVIDIA_VISIBLE_DEVICES=%s' % run['visible_devices']
+
+
+def _without_gpu(run):
+    """A run that asked for GPUs and whose container saw none of their nodes."""
+    return run['visible_devices'] not in NO_GPU_ASKED and not any(GPU_DEVICE.match(d) for d in run['devices'])
 
 
 def message(request, client, status, runs, lookup_error='', loaded_why=''):
@@ -221,6 +230,13 @@ def message(request, client, status, runs, lookup_error='', loaded_why=''):
                 'it: check that the NVIDIA Container Toolkit is installed and works, or set verify to false to skip '
                 'this check.' % (run['command'], run['rc'], _clean(run.get('stderr'), 400).rstrip('.') or 'no message',
                                  engine, name, request.runtime_path))
+    if status == 'no_gpu':
+        run = [run for run in runs if _without_gpu(run)][0]
+        return ('"%s" ran, but the container saw no GPU device node (%s): the "%s" runtime (%s) did not give it the '
+                'GPUs %s asks for. Check that it is NVIDIA\'s nvidia-container-runtime and that the driver is loaded '
+                '(nvidia-ctk cdi generate lists the GPUs), or set verify to false to skip this check.'
+                % (run['command'], ', '.join(run['devices']) or 'no /dev/nvidia* node at all', name,
+                   request.runtime_path, _asked(run)))
     seen = '; '.join('%s saw %s' % (_asked(run), ', '.join(run['devices']) or 'no /dev/nvidia* node') for run in runs)
     return 'ran %d container%s: %s runs containers through the "%s" runtime (%s)' % (
         len(runs), '' if len(runs) == 1 else 's', engine, name, seen)
@@ -249,7 +265,8 @@ def verify(request, client, run, check_mode, state, loaded, loaded_why='', defau
                      'stderr': err})
         if rc != 0 and cleanup:
             run(cleanup)
-    status = 'failed' if any(entry['rc'] != 0 for entry in runs) else 'ok'
+    status = ('failed' if any(entry['rc'] != 0 for entry in runs)
+              else 'no_gpu' if any(_without_gpu(entry) for entry in runs) else 'ok')
     result = outcome(request, client, status, image=image, runs=runs)
     for entry in result['runs']:
         entry.pop('stderr')

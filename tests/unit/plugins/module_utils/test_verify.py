@@ -82,6 +82,27 @@ def test_one_container_per_value_each_with_the_nodes_it_saw():
     assert result['status'] == 'ok' and 'NVIDIA_VISIBLE_DEVICES=none saw no /dev/nvidia* node' in result['msg']
 
 
+def test_a_container_that_asked_for_gpus_and_saw_none_fails_naming_the_value():
+    # A runtime that runs containers but injects nothing (runc under NVIDIA's name, a toolkit in a mode that
+    # finds no GPU): the control nodes alone are not a GPU.
+    seen = {'all': '/dev/nvidiactl\n/dev/nvidia-uvm\n', '1': '/dev/nvidia1\n'}
+
+    def container(argv):
+        value = [arg for arg in argv if arg.startswith('NVIDIA_VISIBLE_DEVICES=')][0].split('=', 1)[1]
+        return 0, seen[value], ''
+
+    host = Host({'docker image ls': (0, IMAGES, ''), 'docker run': container})
+    result = docker_verify(host, request(devices=['1', 'all']))
+    assert result['status'] == 'no_gpu' and result['verified'] is False
+    assert [run['rc'] for run in result['runs']] == [0, 0]
+    assert result['msg'].startswith('"%s" ran, but the container saw no GPU device node (/dev/nvidia-uvm, '
+                                    '/dev/nvidiactl)' % (THROUGH_NVIDIA % 'all'))
+    assert 'the GPUs NVIDIA_VISIBLE_DEVICES=all asks for' in result['msg']
+    # A value that asks for no GPU, and dockerd's plain run through its default runtime, are not judged.
+    host = Host({'docker image ls': (0, IMAGES, ''), 'docker run': (0, '', '')})
+    assert docker_verify(host, request(devices=['void', 'none']))['status'] == 'ok'
+
+
 def test_only_device_node_lines_count():
     assert v.devices_seen('/dev/nvidia1\nsh: warning\n/dev/nvidia0 \n/dev/nvidia1\n\n/dev/null\n') == [
         '/dev/nvidia0', '/dev/nvidia1']
