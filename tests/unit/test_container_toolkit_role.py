@@ -119,6 +119,14 @@ def test_check_mode_cannot_install_a_version_only_the_refresh_would_make_known_a
     assert 'Install the toolkit at the pinned version' in run_tasks(['install', 'hold'], ansible_check_mode=True)
 
 
+def test_check_mode_holds_no_package_it_has_not_installed():
+    # dpkg_selections fails on a package dpkg does not know (found on the lab: check mode on a fresh host).
+    hold = 'Hold the packages at that version (or let them go)'
+    assert hold not in run_tasks(['install', 'hold'], ansible_check_mode=True)
+    assert hold in run_tasks(['hold'], ansible_check_mode=True)
+    assert hold in run_tasks(['install', 'hold'])
+
+
 def test_no_url_never_refreshes_the_hosts_own_sources():
     ran = run_tasks(['update_index', 'install', 'hold'], container_toolkit_repo_url=None)
     assert 'Refuse to refresh the host\'s own sources' in ran
