@@ -70,7 +70,10 @@ def merge(text, path, state='present', name='nvidia', runtime_path='nvidia-conta
     ``[]``); a missing ``runtimeArgs`` equals ``[]``. ``cdi`` None leaves
     ``features.cdi`` alone; a missing ``features.cdi`` equals ``false``.
     ``default_runtime`` None leaves ``default-runtime`` alone; true sets it to
-    us; false removes it only when it names us.
+    us; false removes it only when it names us (a replaced default is not
+    remembered). ``state='absent'`` removes our runtime and a
+    ``default-runtime`` naming it; a ``runtimes`` object that removal empties
+    goes too, so a file we added ``runtimes`` to comes back byte for byte.
     """
     if name in RESERVED_RUNTIMES:
         raise DaemonJsonError('%s: the runtime name "%s" is reserved by dockerd; choose another name.' % (path, name))
@@ -112,7 +115,8 @@ def merge(text, path, state='present', name='nvidia', runtime_path='nvidia-conta
             if has_cdi or cdi:
                 editor.set(['features', 'cdi'], bool(cdi))
     elif state == 'absent':
-        editor.remove(['runtimes', name])
+        # A "runtimes" object that held only ours goes with it (byte for byte what it was before we added it).
+        editor.remove(['runtimes', name], prune=True)
         if current.get('default-runtime') == name:
             editor.remove(['default-runtime'])
     else:

@@ -416,7 +416,15 @@ class Editor(object):
         self._reparse()
         return True
 
-    def remove(self, keys):
+    def remove(self, keys, prune=False):
+        """Remove the member at ``keys``, with its separator; True when the text changed.
+
+        ``prune``: an enclosing object (not the top) that this removal leaves
+        empty goes too, innermost first, each with its separator. So a member
+        that ``set`` added together with its parents comes out with them, and
+        the text is what it was before. An object that was already empty is
+        never touched: only what this removal empties is pruned.
+        """
         node = self._object_at(keys[:-1])
         if node is None or node.kind != 'object':
             return False
@@ -425,4 +433,13 @@ class Editor(object):
             return False
         self.text = _remove_member(self.text, node, index)
         self._reparse()
+        while prune and len(keys) > 1:
+            keys = keys[:-1]
+            parent = self._object_at(keys)
+            if parent is None or parent.kind != 'object' or parent.members:
+                break
+            holder = self._object_at(keys[:-1])
+            index, unused = holder.member(keys[-1])
+            self.text = _remove_member(self.text, holder, index)
+            self._reparse()
         return True

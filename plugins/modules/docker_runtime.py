@@ -99,6 +99,10 @@ options:
       - Whether the runtime is dockerd's C(default-runtime).
       - V(true) sets it. V(false) removes C(default-runtime) only when it names this runtime; another default is
         left alone.
+      - V(true) replaces a C(default-runtime) the file already had, and the replaced value is not remembered (the
+        module keeps no state outside the file). Removing the runtime (V(false), or O(state=absent)) removes a
+        C(default-runtime) that names it, so dockerd falls back to its own default (C(runc)), not to the earlier
+        value. To return to that value, set C(default-runtime) again yourself.
       - When omitted, C(default-runtime) is left exactly as it is (a C(default-runtime) of this runtime that the user
         set stays).
     type: bool
@@ -110,7 +114,13 @@ options:
   state:
     description:
       - V(present) registers the runtime; V(absent) removes the runtime entry, and C(default-runtime) if it names
-        the runtime, and nothing else (an emptied C(runtimes) object stays). O(cdi) is ignored with V(absent).
+        the runtime, and nothing else. O(cdi) is ignored with V(absent).
+      - A C(runtimes) object that the removal leaves empty is removed too, with its separator. So a file that had no
+        C(runtimes) before V(present) added one comes back byte for byte (indentation, line endings, commas).
+        A C(runtimes) object without this runtime, empty or not, is left exactly as it is.
+      - "An empty C(runtimes) object the user wrote (C(\"runtimes\": {})) that V(present) then filled is not kept
+        by V(absent): the file does not record who created the object, so an object emptied by the removal goes.
+        dockerd reads a missing C(runtimes) as an empty one."
     type: str
     choices: [present, absent]
     default: present

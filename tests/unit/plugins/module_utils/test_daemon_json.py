@@ -71,8 +71,10 @@ def _expected(original, params, state='present'):
     cfg = json.loads(json.dumps(original))
     name = params.get('name', 'nvidia')
     if state == 'absent':
-        if isinstance(cfg.get('runtimes'), dict):
-            cfg['runtimes'].pop(name, None)
+        if isinstance(cfg.get('runtimes'), dict) and name in cfg['runtimes']:
+            del cfg['runtimes'][name]
+            if not cfg['runtimes']:  # emptied by this removal: it goes too
+                del cfg['runtimes']
         if cfg.get('default-runtime') == name:
             del cfg['default-runtime']
         return cfg
@@ -183,11 +185,15 @@ def test_corpus_present_then_absent_keeps_user_data(name):
         if key in ('runtimes', 'default-runtime'):
             continue
         assert splice.same_value(result[key], value)
-    for key, value in (original.get('runtimes') or {}).items():
-        if key != 'nvidia':
-            assert splice.same_value(result['runtimes'][key], value)
-    assert 'nvidia' not in result['runtimes']
+    others = dict((key, value) for key, value in (original.get('runtimes') or {}).items() if key != 'nvidia')
+    if others:
+        assert splice.same_value(result['runtimes'], others)
+    else:
+        assert 'runtimes' not in result, 'a "runtimes" object left empty goes with our runtime'
     assert 'default-runtime' not in result
+    if 'nvidia' not in (original.get('runtimes') or {}) and 'default-runtime' not in original \
+            and original.get('runtimes') != {} and text.strip(splice.BOM + ' \t\r\n'):
+        assert removed == text, 'what we added is removed: the file as it was, byte for byte'
 
 
 def test_unchanged_content_is_byte_identical():
@@ -578,3 +584,100 @@ def test_backup_copy_keeps_mode_and_content(tmp_path):
     name = _host.backup_copy(str(path))
     assert name.startswith(str(path) + '.%d.' % os.getpid()) and name.endswith('~')
     assert open(name).read() == '{"debug": true}\n' and os.stat(name).st_mode & 0o777 == 0o640
+
+
+# --------------------------------------------------------------------------
+# Removal gives back the user's file
+# --------------------------------------------------------------------------
+
+HAND_EDITED = (u'{\n\t"log-level":   "warn",\n   "labels": ["site=Z\u00fcrich", "owner=\\u00e9quipe-donn\u00e9es"],\n\n'
+               u'\t"max-concurrent-downloads": 3,\n      "log-opts": {"max-size": "10m", "max-file": "3"},\n'
+               u'   "debug": false\n}\n')
+USER_FILES = {
+    'hand-edited': HAND_EDITED,
+    'hand-edited-crlf': HAND_EDITED.replace('\n', '\r\n'),
+    'empty-object': '{}\n',
+    'empty-object-no-newline': '{}',
+    'empty-object-crlf': '{}\r\n',
+    'one-member': '{\n  "debug": true\n}\n',
+    'one-line': '{"debug": true, "log-level": "warn"}',
+    'compact': '{"debug":true,"log-level":"warn"}\n',
+    'tabs-crlf': '{\r\n\t"debug": true,\r\n\t"log-opts": {\r\n\t\t"max-size": "10m"\r\n\t}\r\n}\r\n',
+    'odd-indent': '  {\n     "data-root" :  "/srv/docker",\n  "debug": false\n\n}\n\n',
+    'other-runtimes': '{\n    "runtimes": {\n        "crun": {\n            "path": "/usr/bin/crun"\n        }\n    },\n'
+                      '    "debug": true\n}\n',
+    'other-runtimes-one-line': '{"runtimes": {"crun": {"path": "crun"}, "kata": {"path": "kata"}}}',
+    'default-runtime-other': '{\n  "default-runtime": "crun",\n  "runtimes": {"crun": {"path": "crun"}}\n}\n',
+}
+
+
+@pytest.mark.parametrize('params_name', sorted(PARAM_SETS))
+@pytest.mark.parametrize('name', sorted(USER_FILES))
+def test_present_then_absent_gives_back_the_file(name, params_name):
+    text = USER_FILES[name]
+    params = dict(PARAM_SETS[params_name], cdi=None)  # features.cdi is not ours to remove
+    if 'default-runtime' in text:
+        params.pop('default_runtime', None)  # true would replace the user's default (see below)
+    merged, unused = dj.merge_text(text, name, **params)
+    assert merged != text
+    removed, unused = dj.merge_text(merged, name, state='absent')
+    assert removed == text
+
+
+NVIDIA = '{"path": "nvidia-container-runtime"}'
+
+
+@pytest.mark.parametrize('newline', ['\n', '\r\n'])
+@pytest.mark.parametrize('before, after', [
+    # "runtimes" holding only ours, first, middle, last and only member of the file.
+    ('{\n  "runtimes": {"nvidia": %s},\n  "debug": true,\n  "x": 1\n}\n' % NVIDIA,
+     '{\n  "debug": true,\n  "x": 1\n}\n'),
+    ('{\n  "debug": true,\n  "runtimes": {\n    "nvidia": %s\n  },\n  "x": 1\n}\n' % NVIDIA,
+     '{\n  "debug": true,\n  "x": 1\n}\n'),
+    ('{\n  "debug": true,\n  "x": 1,\n\t"runtimes" :{ "nvidia": %s }\n}\n' % NVIDIA,
+     '{\n  "debug": true,\n  "x": 1\n}\n'),
+    ('{\n  "runtimes": {\n    "nvidia": %s\n  }\n}\n' % NVIDIA, '{}\n'),
+    ('{"runtimes":{"nvidia":%s},"debug":true}' % NVIDIA, '{"debug":true}'),
+    # Ours first, middle, last among other runtimes: "runtimes" stays, the others byte for byte.
+    ('{\n  "runtimes": {\n    "nvidia": %s,\n    "crun": {"path": "crun"}\n  }\n}\n' % NVIDIA,
+     '{\n  "runtimes": {\n    "crun": {"path": "crun"}\n  }\n}\n'),
+    ('{"runtimes": {"a": {"path": "a"}, "nvidia": %s, "b": {"path": "b"}}}' % NVIDIA,
+     '{"runtimes": {"a": {"path": "a"}, "b": {"path": "b"}}}'),
+    ('{\n  "runtimes": {\n    "crun": {"path": "crun"},\n    "nvidia": %s\n  }\n}\n' % NVIDIA,
+     '{\n  "runtimes": {\n    "crun": {"path": "crun"}\n  }\n}\n'),
+    # With default-runtime naming ours, both go.
+    ('{\n  "default-runtime": "nvidia",\n  "runtimes": {"nvidia": %s},\n  "debug": true\n}\n' % NVIDIA,
+     '{\n  "debug": true\n}\n'),
+])
+def test_absent_removes_runtimes_it_empties_with_its_separator(before, after, newline):
+    before, after = before.replace('\n', newline), after.replace('\n', newline)
+    removed, unused = dj.merge_text(before, 'x', state='absent')
+    assert removed == after
+    assert dj.merge_text(removed, 'x', state='absent')[0] == removed
+
+
+@pytest.mark.parametrize('text', ['{"runtimes": {}}\n', '{\n  "debug": true,\n  "runtimes": {\n  }\n}\n',
+                                  '{\n  "runtimes": {"crun": {"path": "crun"}}\n}\n'])
+def test_absent_leaves_runtimes_it_did_not_empty(text):
+    """A "runtimes" object without our runtime (empty or not) is the user's: absent changes nothing."""
+    assert dj.merge_text(text, 'x', state='absent')[0] == text
+
+
+def test_users_empty_runtimes_does_not_come_back():
+    """Documented: removal cannot tell an empty "runtimes" the user wrote from one we created (no hidden state);
+    an object our removal empties goes. dockerd reads a missing "runtimes" as an empty one."""
+    text = '{\n  "runtimes": {},\n  "debug": true\n}\n'
+    merged, unused = dj.merge_text(text, 'x')
+    removed, unused = dj.merge_text(merged, 'x', state='absent')
+    assert removed == '{\n  "debug": true\n}\n'
+    assert dj.merge_text(removed, 'x', state='absent')[0] == removed
+
+
+def test_absent_does_not_restore_a_default_runtime_it_replaced():
+    """Documented: default_runtime=true replaces the user's default-runtime, and absent removes a default-runtime
+    naming ours; the earlier value is not remembered (no hidden state), so dockerd's own default (runc) applies."""
+    text = '{\n  "default-runtime": "runc-systemd",\n  "runtimes": {"runc-systemd": {"path": "runc"}}\n}\n'
+    merged, unused = dj.merge_text(text, 'x', default_runtime=True)
+    assert load(merged)['default-runtime'] == 'nvidia'
+    removed, unused = dj.merge_text(merged, 'x', state='absent')
+    assert removed == '{\n  "runtimes": {"runc-systemd": {"path": "runc"}}\n}\n'

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 import json
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _json_splice as splice
@@ -82,7 +82,7 @@ def test_merge_keeps_user_data_and_is_idempotent(document, params):
     if '\r\n' in text:
         assert '\n' not in merged.replace('\r\n', '')
     removed, unused = dj.merge_text(merged, 'daemon.json', state='absent')
-    assert 'nvidia' not in dj.config_of(removed)['runtimes']
+    assert 'nvidia' not in dj.config_of(removed).get('runtimes', {})
     assert dj.merge_text(removed, 'daemon.json', state='absent')[0] == removed
 
 
@@ -97,3 +97,18 @@ def test_nothing_to_do_means_byte_identical(document):
             config['runtimes']['nvidia']['path'] == 'nvidia-container-runtime':
         # default_runtime not given: a "default-runtime" the user set (nvidia or not) stays as it is.
         assert merged == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents(), st.sampled_from([None, False]), st.sampled_from([None, [], ['--debug']]))
+def test_add_then_remove_is_byte_identical(document, default_runtime, runtime_args):
+    """Whatever the layout: registering the runtime where there was none, then state=absent, gives back the
+    file byte for byte (with the "runtimes" object, when the runtime came with it)."""
+    config, text = document
+    runtimes = config.get('runtimes')
+    # Not: ours already there, or an empty "runtimes" of the user's (documented: it goes).
+    assume('nvidia' not in (runtimes or {}) and runtimes != {} and config.get('default-runtime') != 'nvidia')
+    merged, unused = dj.merge_text(text, 'daemon.json', default_runtime=default_runtime, runtime_args=runtime_args)
+    assert merged != text
+    removed, unused = dj.merge_text(merged, 'daemon.json', state='absent')
+    assert removed == text
