@@ -286,12 +286,14 @@ verification:
         - V(off) O(verify) is false; V(check_mode); V(absent) the runtime was removed; V(not_loaded) the running
           dockerd does not run the runtime (not running, or the change is deferred); V(no_client) the docker
           program is missing; V(no_image) no local image to run (never pulled); V(failed) a container did not run;
-          V(ok) every container ran. Only V(no_client), V(no_image), V(failed) and V(ok) ran anything.
+          V(no_gpu) every container ran, but one that asked for GPUs saw no C(/dev/nvidiaN) node; V(ok) every
+          container ran and each that asked for GPUs saw at least one. Only V(no_client), V(no_image),
+          V(failed), V(no_gpu) and V(ok) ran anything.
       type: str
-      choices: [off, check_mode, absent, not_loaded, no_client, no_image, failed, ok]
+      choices: [off, check_mode, absent, not_loaded, no_client, no_image, failed, no_gpu, ok]
       sample: ok
     verified:
-      description: True when every container ran, false when one did not, null when none was run.
+      description: True for V(ok), false for V(failed) and V(no_gpu), null when none was run.
       type: bool
       sample: true
     image:
