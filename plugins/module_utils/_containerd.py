@@ -219,13 +219,7 @@ def find_block(text, path):
                             'The file was left untouched.' % (path, MARK))
     newline = text.find('\n', end)
     end = len(text) if newline < 0 else newline + 1
-    start = begin
-    before = text[:begin]
-    for blank in ('\r\n\r\n', '\n\n'):
-        if before.endswith(blank):
-            start = begin - len(blank) // 2
-            break
-    return start, end
+    return ts.blank_line_before(text, begin), end
 
 
 class Plan(object):

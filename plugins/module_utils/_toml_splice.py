@@ -410,6 +410,15 @@ def scalar(value):
     raise DocumentError('cannot write %r as a TOML value' % (value,))
 
 
+def blank_line_before(text, pos):
+    """Where the empty line that ends at ``pos`` starts, else ``pos``: only an empty line after another line counts
+    (the one ``Splice.append_lines`` writes), whatever the line endings of the two (LF, CRLF, mixed)."""
+    for blank in ('\n\r\n', '\n\n'):
+        if text.endswith(blank, 0, pos):
+            return pos - len(blank) + 1
+    return pos
+
+
 class Splice(object):
     """Edits of one text, applied at once from the end so that earlier spans stay valid."""
 
@@ -427,12 +436,15 @@ class Splice(object):
         self.edits.append((start, end, ''))
 
     def append_lines(self, lines, newline, blank_before=True):
-        """Lines at the end of the text; a final line without an ending gets one first."""
+        """Lines at the end of the text; a final line without an ending gets one first. With ``blank_before``, a
+        text that is not empty gets a blank line before them, also one that is only blanks or ends with blank lines
+        of its own: ``blank_line_before`` finds exactly that line again, so taking the lines out with it gives the
+        text back byte for byte."""
         text = self.text
         prefix = ''
         if text and not text.endswith('\n'):
             prefix = newline
-        if blank_before and text.strip():
+        if blank_before and text:
             prefix += newline
         self.insert(len(text), prefix + ''.join(line + newline for line in lines))
 

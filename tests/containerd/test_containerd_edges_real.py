@@ -5,7 +5,8 @@
 
 ``containerd config dump`` for the effective configuration, and the CRI plugin's own configuration as the started
 containerd logs it ("Start cri plugin with config {...}"): installer layouts run three times, a file without a final
-newline, the way forward when absent would leave a default that names no runtime.
+newline, blank lines at the end of a CRLF file whose last line ends in LF, the way forward when absent would leave
+a default that names no runtime.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -107,6 +108,24 @@ def test_absent_gives_back_a_file_without_a_final_newline(lab_containerd):
     after = lab.dump()
     after.pop('imports'), before.pop('imports')
     assert after == before and cri_started_with(lab) == ('runc', ['runc']) and cri_status(lab) == 'ok'
+
+
+@pytest.mark.config_toml('# blank lines at the end\n\n\n', newline='\r\n')
+def test_absent_gives_back_blank_lines_at_the_end_of_a_crlf_file_whose_last_line_ends_in_lf(lab_containerd):
+    lab = lab_containerd
+    text = read(lab.config)
+    assert text.endswith(b'end\r\n\r\n\r\n')
+    with open(lab.config, 'wb') as handle:
+        handle.write(text[:-2] + b'\n')
+    lab.restart()
+    original = read(lab.config)
+    result, _service = converge(lab, default_runtime=True)
+    assert result['action'] == 'restart' and cri_started_with(lab) == ('nvidia', ['nvidia', 'runc'])
+    again, _service = converge(lab, default_runtime=True)
+    assert not again['changed'] and not again['file_changed'], again['changes']
+    result, _service = converge(lab, state='absent')
+    assert result['action'] == 'restart' and read(lab.config) == original
+    assert cri_started_with(lab) == ('runc', ['runc']) and cri_status(lab) == 'ok'
 
 
 @pytest.mark.config_toml('''

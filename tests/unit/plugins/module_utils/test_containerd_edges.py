@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
@@ -164,6 +164,7 @@ def config_files(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(config_files(), st.sampled_from([None, True]))
+@example('\n\n', None)  # found by hypothesis: a file of blank lines got the block without a blank line of its own
 def test_any_file_present_twice_then_absent_gives_back_the_original_bytes(text, default_runtime):
     try:
         first = plan(text, default_runtime=default_runtime)
@@ -174,6 +175,25 @@ def test_any_file_present_twice_then_absent_gives_back_the_original_bytes(text, 
     again = plan(first.text, default_runtime=default_runtime, before=dump_of(text))
     assert again.text == first.text and not again.changes, again.changes
     assert plan(first.text, state='absent').text == text
+
+
+# The block's blank line on top is the one right before its BEGIN line, whatever the text above ends with: a file of
+# blank lines or blanks, blank lines at the end, CRLF, a last line ending in LF in a CRLF file, no final newline.
+ENDINGS = ['', '\n', '\n\n', '\n\n\n', ' \n\n', '\t\n\n', '\n  \n', '  ', '\n  ', '\r\n', '\r\n\r\n', '\r\n\n',
+           '\n\r\n', '\n# end\n\n']
+
+
+@pytest.mark.parametrize('ending', ENDINGS)
+@pytest.mark.parametrize('head', ['', 'version = 2', 'version = 2\r\n# CRLF above, LF at the end',
+                                  '[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "x"'])
+def test_blank_lines_and_line_endings_at_the_end_come_back(head, ending):
+    text = head + ending
+    for default_runtime in (None, True):
+        first = plan(text, default_runtime=default_runtime)
+        assert plan(first.text, default_runtime=default_runtime, before=dump_of(text)).text == first.text
+        back = plan(first.text, state='absent')
+        assert back.text == text and back.changes
+        assert plan(back.text, state='absent').text == text
 
 
 # ---- the messages ----------------------------------------------------------------------------------------------------

@@ -106,6 +106,21 @@ def test_a_last_line_without_newline_gets_one_before_appended_lines():
     assert splice.result() == 'a = 1\n\n[b]\n'
 
 
+@pytest.mark.parametrize('text', ['\n', '\n\n', '  \n', 'a = 1\n\n', 'a = 1\r\n\r\n', 'a = 1\r\nb = 2\n'])
+def test_appended_lines_get_a_blank_line_that_blank_line_before_finds_again(text):
+    splice = ts.Splice(text)
+    splice.append_lines(['[b]'], '\r\n' if '\r\n' in text else '\n')
+    out = splice.result()
+    begin = out.index('[b]')
+    assert out[:ts.blank_line_before(out, begin)] == text
+
+
+@pytest.mark.parametrize('text, start', [('\n[b]', 1), ('a\n\n[b]', 2), ('a\r\n\r\n[b]', 3), ('a\n\r\n[b]', 2),
+                                         ('a\n[b]', 2), ('a\n \n[b]', 4), ('[b]', 0)])
+def test_blank_line_before_is_one_empty_line_after_another_line(text, start):
+    assert ts.blank_line_before(text, text.index('[b]')) == start
+
+
 @pytest.mark.parametrize('value', ['plain', 'with "quotes"', 'back\\slash', 'tab\tnew\nline', u'\u00e9\u4e2d', '\x01'])
 def test_written_strings_read_back(value):
     assert _tomli.loads('k = %s' % ts.string(value))['k'] == value
