@@ -5,6 +5,8 @@ molecule/default (root, Debian 12)."""
 import importlib.machinery
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,23 @@ def test_inventories(lab, tmp_path):
     text = ini.read_text()
     assert "[gpu_nodes]\nh1 ansible_host=10.250.0.11 lab_kind=systemd" in text
     assert "\n[upstart]\nh2\n" in text
+
+
+def test_both_inventory_formats_give_ansible_the_same_variables(lab, tmp_path):
+    """What Ansible reads from each format (ansible-inventory), the toolkit's settings included: the same
+    values and types (the INI parser reads a Python literal, a quoted template stays a template)."""
+    state = {"hosts": {"h1": {"kind": "systemd", "ip": "10.250.0.11", "gpus": lab.gpu_description("h1", "2", "s")}}}
+    seen = {}
+    for fmt, name in (("yaml", "inv.yml"), ("ini", "inv.ini")):
+        lab.write_inventory(state, tmp_path / name, fmt)
+        out = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(tmp_path / name),
+                              "--host", "h1"], check=True, capture_output=True, text=True).stdout
+        seen[fmt] = json.loads(out)
+    wanted = ("gpu_node_container_toolkit", "container_toolkit_repo_url", "container_toolkit_repo_key",
+              "container_toolkit_version", "lab_toolkit_repo_url", "lab_toolkit_version", "ansible_ssh_common_args")
+    assert {k: seen["ini"][k] for k in wanted} == {k: seen["yaml"][k] for k in wanted}
+    assert seen["ini"]["gpu_node_container_toolkit"] is True
+    assert seen["ini"]["container_toolkit_repo_key"] == '{{ lookup("file", lab_toolkit_repo_key_file) }}'
 
 
 def test_inventory_groups_every_upstart_kind_under_upstart(lab, tmp_path):
