@@ -4,21 +4,26 @@
 For each release in requirements/ansible-core.txt (the floor first, the newest last):
 
 - a venv of its own under .cache/ansible-versions/VERSION (Python 3.12, the release and the unit tests'
-  pins from requirements/dev.txt; the floor also gets molecule), rebuilt only when those pins change;
+  pins from requirements/dev.txt), rebuilt only when those pins change;
 - ``install``: that release's ansible-galaxy builds the tarball and installs it into an empty path, and its
   ansible-doc lists every module from that copy alone;
-- ``sanity``: ansible-test sanity of that release on the installed copy;
+- ``sanity``: ansible-test sanity of that release on the installed copy, less the style-only tests (STYLE_ONLY,
+  which the newest release's `sanity` layer runs);
 - ``units``: the unit tests on that release;
 - ``lab``: on one lab fleet (a host per init system), the real playbooks/drift.yml, as shipped, in each of
   the evaluations a fleet runs (everything; the persistence daemon stopped for maintenance; the container
   engines alone) and playbooks/site.yml with gpu_node_drift_only, from the installed copy; every release's
   drift report must be the newest's, row for row;
-- ``molecule``: the molecule ``site`` scenario (create, check, converge, idempotence, verify) with the floor.
+- ``converge``: on the same lab, with the floor, the demo's converge from the installed copy: playbooks/site.yml
+  on the fleet (NVIDIA's toolkit installed from the lab's repository, the runtime registered and verified with
+  containers that see their GPUs), then again, which must change nothing and find every host converged in one
+  round trip. (The molecule ``site`` scenario with the floor did this with more checks, at four times the cost;
+  the newest runs every scenario in the ``molecule`` layer.)
 
 The newest release is requirements/dev.txt's: its sanity, units and every molecule scenario are the
 `sanity`, `units` and `molecule` layers, so here it runs ``install`` and ``lab`` only.
 
-Usage: tests/versions/run.py [--only VERSION[,VERSION]] [--steps install,sanity,units,lab,molecule]
+Usage: tests/versions/run.py [--only VERSION[,VERSION]] [--steps install,sanity,units,lab,converge]
 Prints a table of release x step, and ends with "versions: N passed, N failed".
 """
 
@@ -38,8 +43,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CACHE = os.path.join(ROOT, '.cache', 'ansible-versions')
 LAB = [sys.executable, os.path.join(ROOT, 'tests', 'lab', 'lab')]
 LAB_KINDS = 'systemd,sysvinit,upstart,upstart06'
-STEPS = ('install', 'sanity', 'units', 'lab', 'molecule')
+STEPS = ('install', 'sanity', 'units', 'lab', 'converge')
 UNIT_PINS = ('pytest', 'pytest-xdist', 'hypothesis', 'nvidia-ml-py')
+LOAD_IMAGE = '/usr/lib/gpufleet-lab/load-image'  # the lab's busybox image, for the runtime's verification
 # The evaluations drift.yml runs in, as extra vars: each sends node_state a different set of concerns.
 DRIFT_RUNS = {
     'everything': [],
@@ -88,10 +94,10 @@ def python312():
     raise SystemExit('no Python 3.12 found (pyenv 3.12.x or python3.12); set GPUFLEET_PYTHON312')
 
 
-def venv(version, floor):
+def venv(version):
     """The release's venv (bin directory), made or refreshed when its pins changed."""
     dev = pins('requirements/dev.txt')
-    wanted = ['ansible-core==%s' % version] + [dev[name] for name in UNIT_PINS] + ([dev['molecule']] if floor else [])
+    wanted = ['ansible-core==%s' % version] + [dev[name] for name in UNIT_PINS]
     path = os.path.join(CACHE, version)
     stamp = os.path.join(path, '.gpufleet-pins')
     digest = hashlib.sha256('\n'.join(wanted).encode()).hexdigest()
@@ -164,13 +170,21 @@ def step_install(release):
     return True
 
 
+# Style checks whose verdict is about our code, not about the release: the newest release's `sanity` layer
+# runs them (each costs a venv of its own per release, pylint a minute of CPU besides). Every check whose
+# verdict depends on the release itself (validate-modules' schema and argument specs, ansible-doc, import,
+# runtime-metadata, action-plugin-docs, compile, ...) runs on every release.
+STYLE_ONLY = ('pylint', 'pep8', 'yamllint', 'changelog')
+
+
 def step_sanity(release):
     # ansible-test wants the collection at .../ansible_collections/NS/NAME, as a git tree to list its files.
     # Its own output (tests/output) is no part of the tree: the tarball has no .gitignore to say so.
     subprocess.run('git init -q && echo /tests/output/ > .git/info/exclude && git add -A && '
                    'git -c user.name=t -c user.email=t@t commit -qm tree',
                    shell=True, cwd=release.tree, check=True, stdout=subprocess.DEVNULL)
-    return release.run(['ansible-test', 'sanity', '--venv', '--python', '3.12', '--color', 'no'], cwd=release.tree)
+    skip = [arg for name in STYLE_ONLY for arg in ('--skip-test', name)]
+    return release.run(['ansible-test', 'sanity', '--venv', '--python', '3.12', '--color', 'no'] + skip, cwd=release.tree)
 
 
 def step_units(release):
@@ -219,6 +233,47 @@ def step_lab(release, inventory, reports):
     return ok
 
 
+def summary_rows(text):
+    """The fleet summary of a site.yml run: (host, words) of each healthy host's line."""
+    summary = text.split('TASK [Summarise the fleet]', 1)[-1].split('PLAY RECAP', 1)[0]
+    return re.findall(r'^\s+"(\S+) ok ([^"]*)",?$', summary, re.M)
+
+
+def step_converge(release, inventory):
+    """The demo's converge with this release: site.yml, then site.yml again changing nothing."""
+    if not release.run(['ansible', 'gpu_nodes', '-i', inventory, '-o', '-m', 'ansible.builtin.command',
+                        '-a', LOAD_IMAGE], stdout=subprocess.DEVNULL):
+        log('%s: the lab image did not load' % release.version)
+        return False
+    runs = []
+    for attempt in ('first', 'second'):
+        out = subprocess.run(['ansible-playbook', '-i', inventory, os.path.join(release.tree, 'playbooks', 'site.yml')],
+                             cwd=release.work, env=release.env(), capture_output=True, text=True)
+        recap = re.findall(r'^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)', out.stdout, re.M)
+        runs.append((out, recap, dict(summary_rows(out.stdout))))
+        if out.returncode != 0 or not recap or any(u != '0' or f != '0' for _, _, u, f in recap):
+            print(out.stdout[-8000:] + out.stderr[-3000:])
+            log('%s: the %s site.yml exited %d' % (release.version, attempt, out.returncode))
+            return False
+    (_, first_recap, first_rows), (second_out, second_recap, second_rows) = runs
+    hosts = sorted(host for host, _, _, _ in first_recap)
+    problems = []
+    if not any(changed != '0' for _, changed, _, _ in first_recap):
+        problems.append('the first run changed nothing: the lab was not fresh')
+    problems += ['%s: the first run ran no container through the nvidia runtime' % h
+                 for h in hosts if 'nvidia_run=ok' not in first_rows.get(h, '').split()]
+    problems += ['%s: the second run changed %s' % (h, c) for h, c, _, _ in second_recap if c != '0']
+    problems += ['%s: the second run did not find it converged' % h
+                 for h in hosts if 'found=converged' not in second_rows.get(h, '').split()]
+    if problems:
+        print(second_out.stdout[-6000:])
+        log('%s: %s' % (release.version, '; '.join(problems)))
+        return False
+    log('%s: site.yml converged %d hosts (nvidia_run=ok on each), then changed nothing (found=converged on each)'
+        % (release.version, len(hosts)))
+    return True
+
+
 def same_reports(reports, newest):
     """Every release's drift report equals the newest's, row for row; the differences printed."""
     ok = True
@@ -265,7 +320,7 @@ def main():
     try:
         found = {}
         for version in chosen:
-            bindir = os.path.join(ROOT, '.venv', 'bin') if version == newest else venv(version, version == floor)
+            bindir = os.path.join(ROOT, '.venv', 'bin') if version == newest else venv(version)
             release = found[version] = Release(version, bindir, work)
             installed = 'install' in steps and record(version, 'install', step_install, release)
             if version != newest:
@@ -273,26 +328,22 @@ def main():
                     record(version, 'sanity', step_sanity, release)
                 if 'units' in steps:
                     record(version, 'units', step_units, release)
-        if 'lab' in steps:
+        if 'lab' in steps or 'converge' in steps:
             inventory = os.path.join(ROOT, '.cache', 'lab', 'inventory.yml')
             up = lab('up', '--hosts', '4', '--kinds', LAB_KINDS, '--gpus', '1-8').returncode == 0 and \
                 lab('inventory').returncode == 0
             reports = {}
             try:
-                for version in chosen:
+                for version in (chosen if 'lab' in steps else ()):
                     if not os.path.isdir(found[version].tree):
                         continue
                     record(version, 'lab', lambda r=found[version]: up and step_lab(r, inventory, reports))
-                if len(chosen) > 1:
+                if 'lab' in steps and len(chosen) > 1:
                     record('all', 'same report', same_reports, reports, newest)
+                if 'converge' in steps and floor in chosen and os.path.isdir(found[floor].tree):
+                    record(floor, 'converge', lambda: up and step_converge(found[floor], inventory))
             finally:
                 lab('down')
-        if 'molecule' in steps and floor in chosen:
-            env = found[floor].env(collections=os.path.join(ROOT, '.build', 'collections'))
-            for name in ('ANSIBLE_PYTHON_INTERPRETER', 'ANSIBLE_FORKS', 'ANSIBLE_HOST_KEY_CHECKING'):
-                env.pop(name)  # molecule's own configuration (.config/molecule/config.yml) says these
-            record(floor, 'molecule site', lambda: subprocess.run(
-                ['molecule', 'test', '-s', 'site'], cwd=ROOT, env=env).returncode == 0)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
