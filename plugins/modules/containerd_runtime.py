@@ -268,7 +268,7 @@ verification:
           container ran and each that asked for GPUs saw at least one. Only V(no_client), V(no_image),
           V(failed), V(no_gpu) and V(ok) ran anything.
       type: str
-      choices: [off, check_mode, absent, not_loaded, no_client, no_image, failed, no_gpu, ok]
+      choices: ['off', check_mode, absent, not_loaded, no_client, no_image, failed, no_gpu, ok]
       sample: ok
     verified:
       description: True for V(ok), false for V(failed) and V(no_gpu), null when none was run.

@@ -227,3 +227,17 @@ def test_containerd_not_loaded_says_why():
     result = ctr_verify(Host({}), loaded=False, loaded_why='action deferred, containerd is not running')
     assert result['msg'] == ('containerd does not run the "nvidia" runtime (action deferred, containerd is not '
                              'running); no container was run')
+
+
+@pytest.mark.parametrize('module', ['docker_runtime', 'containerd_runtime'])
+def test_each_engine_module_documents_the_verification_it_returns(module):
+    # Ansible has doc fragments for options but none for RETURN: each engine module repeats the verification's
+    # return docs, held here to what _verify returns (keys and every status, in _verify's order).
+    import importlib
+
+    import yaml
+
+    doc = yaml.safe_load(importlib.import_module(
+        'ansible_collections.gpufleet.nvidia.plugins.modules.%s' % module).RETURN)['verification']
+    assert sorted(doc['contains']) == sorted(docker_verify(Host({}), check_mode=True))
+    assert tuple(doc['contains']['status']['choices']) == v.STATUSES
