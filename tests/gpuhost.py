@@ -116,6 +116,22 @@ class GpuHost(object):
             return ''
 
 
+class OnGpuHost(object):
+    """Mixin for a private daemon class (tests/privatedaemon.py): the daemon runs on a fake GPU host under its
+    ``base`` (``self.gpu``, a GpuHost). Put it first: ``class GpuDockerd(OnGpuHost, LabDockerd)``; the class
+    adds ``COPY_ON_WRITE`` to its own."""
+
+    def __init__(self, base, *args):
+        super(OnGpuHost, self).__init__(base, *args)
+        self.gpu = GpuHost(base)
+
+    def argv(self):
+        return self.gpu.env + super(OnGpuHost, self).argv()
+
+    def setup(self):
+        return self.gpu.setup()
+
+
 def expected_nodes(minors):
     """What a container given GPUs ``minors`` sees: those GPUs' nodes and the control nodes, sorted."""
     return sorted(['/dev/nvidia%d' % minor for minor in minors] +

@@ -113,20 +113,10 @@ class LabService(object):
         return self.lab.log_tail()
 
 
-class GpuContainerd(LabContainerd):
+class GpuContainerd(gpuhost.OnGpuHost, LabContainerd):
     """A private containerd on a fake GPU host with NVIDIA's real runtime (``gpuhost``)."""
 
     COPY_ON_WRITE = COPY_ON_WRITE + gpuhost.COPY_ON_WRITE
-
-    def __init__(self, base):
-        LabContainerd.__init__(self, base)
-        self.gpu = gpuhost.GpuHost(base)
-
-    def argv(self):
-        return self.gpu.env + LabContainerd.argv(self)
-
-    def setup(self):
-        return self.gpu.setup()
 
 
 @pytest.fixture

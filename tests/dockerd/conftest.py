@@ -124,20 +124,10 @@ class LabService(dockerd.Dockerd):
         return self.lab.log_tail()
 
 
-class GpuDockerd(LabDockerd):
+class GpuDockerd(gpuhost.OnGpuHost, LabDockerd):
     """A private dockerd on a fake GPU host with NVIDIA's real runtime (``gpuhost``)."""
 
     COPY_ON_WRITE = COPY_ON_WRITE + gpuhost.COPY_ON_WRITE
-
-    def __init__(self, base, flags=()):
-        LabDockerd.__init__(self, base, flags)
-        self.gpu = gpuhost.GpuHost(base)
-
-    def argv(self):
-        return self.gpu.env + LabDockerd.argv(self)
-
-    def setup(self):
-        return self.gpu.setup()
 
 
 @pytest.fixture
