@@ -19,8 +19,12 @@ options:
         image, and report the C(/dev/nvidia*) device nodes each container saw (RV(verification)).
       - The container runs C(sh -c) with shell builtins only, so the image needs C(sh); NVIDIA's runtime also
         needs C(/etc) in the image (its hooks write C(/etc/ld.so.conf)).
-      - A verification that fails (a container that does not run) does not fail the module; RV(verification.status)
-        is then V(failed) (the C(gpufleet.nvidia.container_runtime) role fails on it).
+      - The container prints a last line of its own after the device nodes; a container that exits 0 without it
+        (its output lost on the way, which containerd's I/O can do to a container that prints and exits at once)
+        is run again, up to 3 times, and is never read as a container that saw no GPU.
+      - A verification that fails (a container that does not run, or whose output never arrives) does not fail
+        the module; RV(verification.status) is then V(failed) (the C(gpufleet.nvidia.container_runtime) role fails
+        on it).
     type: bool
     default: false
   verify_image:

@@ -31,9 +31,15 @@ except ImportError:  # pragma: no cover (Python 2)
     from pipes import quote
 
 # What the container runs: the NVIDIA device nodes it sees, one a line, with shell builtins only (no ls in a
-# minimal image). The final `true` keeps the exit status about the container, not about how many nodes it saw
-# (a loop whose last test fails exits 1, which ctr also gives when the runtime fails).
-SCRIPT = 'for d in /dev/nvidia*; do [ -e "$d" ] && echo "$d"; done; true'
+# minimal image), then END. The final echo keeps the exit status about the container, not about how many nodes
+# it saw (a loop whose last test fails exits 1, which ctr also gives when the runtime fails), and END says the
+# output arrived whole. containerd's I/O can lose the output of a container that prints and exits at once (seen
+# once on the lab: a `ctr run` through NVIDIA's runtime exited 0 having printed nothing, where every other run
+# printed the nodes), and a lost output must not read as "the container saw no GPU". A run whose END is missing
+# is run again, up to ATTEMPTS times; a container that really sees no GPU prints END and stays no_gpu.
+END = 'gpufleet-verify-end'
+SCRIPT = 'for d in /dev/nvidia*; do [ -e "$d" ] && echo "$d"; done; echo %s' % END
+ATTEMPTS = 3
 # The containerd namespace of the verification's images and containers (`ctr -n gpufleet images import FILE`):
 # apart from a kubelet's (k8s.io) and dockerd's (moby), so that neither sees them.
 NAMESPACE = 'gpufleet'
@@ -224,6 +230,11 @@ def message(request, client, status, runs, lookup_error='', loaded_why=''):
                 '%s with verify_image to verify it.'
                 % (what, _clean(lookup_error) or client.words['lister'], name, client.words['load'],
                    client.words['place']))
+    if status == 'failed' and not any(run['rc'] != 0 for run in runs):
+        run = [run for run in runs if run.get('lost')][0]
+        return ('"%s" exited 0 but its output never arrived (the line %s missing), %d times in a row: %s lost the '
+                'output of the verification container, so what it saw is unknown. Run the command by hand, or set '
+                'verify to false to skip this check.' % (run['command'], END, run['attempts'], engine))
     if status == 'failed':
         run = [run for run in runs if run['rc'] != 0][0]
         return ('"%s" failed (rc %s): %s. %s has the "%s" runtime (%s) registered but cannot run a container with '
@@ -260,14 +271,28 @@ def verify(request, client, run, check_mode, state, loaded, loaded_why='', defau
         return outcome(request, client, 'no_image', lookup_error=err if rc != 0 else '')
     runs = []
     for value, argv, cleanup in client.runs(request, image, default_runtime):
-        rc, out, err = run(argv)
+        for attempt in range(1, ATTEMPTS + 1):
+            rc, out, err = run(argv)
+            if rc != 0 and cleanup:
+                run(cleanup)
+            lost = rc == 0 and not output_whole(out)
+            if not lost:
+                break
+            if cleanup:
+                run(cleanup)  # a lost output may leave ctr's container behind
         runs.append({'visible_devices': value, 'command': command_text(argv), 'devices': devices_seen(out), 'rc': rc,
-                     'stderr': err})
-        if rc != 0 and cleanup:
-            run(cleanup)
-    status = ('failed' if any(entry['rc'] != 0 for entry in runs)
+                     'stderr': err, 'lost': lost, 'attempts': attempt})
+    status = ('failed' if any(entry['rc'] != 0 or entry['lost'] for entry in runs)
               else 'no_gpu' if any(_without_gpu(entry) for entry in runs) else 'ok')
     result = outcome(request, client, status, image=image, runs=runs)
     for entry in result['runs']:
         entry.pop('stderr')
+        entry.pop('lost')
+        entry.pop('attempts')
     return result
+
+
+def output_whole(out):
+    """True when the container's output arrived whole (its last line is END)."""
+    lines = [line.strip() for line in (out or '').splitlines() if line.strip()]
+    return bool(lines) and lines[-1] == END

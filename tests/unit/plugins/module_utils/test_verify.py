@@ -15,12 +15,14 @@ import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify as v
 
-SCRIPT = "'for d in /dev/nvidia*; do [ -e \"$d\" ] && echo \"$d\"; done; true'"
+SCRIPT = "'for d in /dev/nvidia*; do [ -e \"$d\" ] && echo \"$d\"; done; echo gpufleet-verify-end'"
 THROUGH_NVIDIA = ('docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=%s '
                   '--entrypoint sh gpufleet/busybox:lab -c ' + SCRIPT)
 PLAIN = 'docker run --rm --network none --entrypoint sh gpufleet/busybox:lab -c ' + SCRIPT
 IMAGES = '<none>:<none>\ngpufleet/busybox:lab\ncuda:12\n'
-TWO = '/dev/nvidia-uvm\n/dev/nvidia1\n/dev/nvidia0\n/dev/nvidiactl\n/dev/nvidia-uvm-tools\n'
+# The last line of a whole output (a container's output can be lost: _verify.END).
+END = 'gpufleet-verify-end\n'
+TWO = '/dev/nvidia-uvm\n/dev/nvidia1\n/dev/nvidia0\n/dev/nvidiactl\n/dev/nvidia-uvm-tools\n' + END
 
 
 class Host(object):
@@ -70,7 +72,7 @@ def test_one_container_per_value_each_with_the_nodes_it_saw():
 
     def container(argv):
         value = [arg for arg in argv if arg.startswith('NVIDIA_VISIBLE_DEVICES=')][0].split('=', 1)[1]
-        return 0, seen[value], ''
+        return 0, seen[value] + END, ''
 
     host = Host({'docker image ls': (0, IMAGES, ''), 'docker run': container})
     result = docker_verify(host, request(devices=['all', '1', 'GPU-b', 'none']))
@@ -89,7 +91,7 @@ def test_a_container_that_asked_for_gpus_and_saw_none_fails_naming_the_value():
 
     def container(argv):
         value = [arg for arg in argv if arg.startswith('NVIDIA_VISIBLE_DEVICES=')][0].split('=', 1)[1]
-        return 0, seen[value], ''
+        return 0, seen[value] + END, ''
 
     host = Host({'docker image ls': (0, IMAGES, ''), 'docker run': container})
     result = docker_verify(host, request(devices=['1', 'all']))
@@ -99,7 +101,7 @@ def test_a_container_that_asked_for_gpus_and_saw_none_fails_naming_the_value():
                                     '/dev/nvidiactl)' % (THROUGH_NVIDIA % 'all'))
     assert 'the GPUs NVIDIA_VISIBLE_DEVICES=all asks for' in result['msg']
     # A value that asks for no GPU, and dockerd's plain run through its default runtime, are not judged.
-    host = Host({'docker image ls': (0, IMAGES, ''), 'docker run': (0, '', '')})
+    host = Host({'docker image ls': (0, IMAGES, ''), 'docker run': (0, END, '')})
     assert docker_verify(host, request(devices=['void', 'none']))['status'] == 'ok'
 
 
@@ -147,7 +149,7 @@ def test_no_local_image_runs_nothing_and_says_which_image_to_load_or_name():
     assert host.calls == [['docker', 'image', 'inspect', '--format', '{{.Id}}', cuda]]
     assert result['status'] == 'no_image' and result['image'] is None
     assert result['msg'].startswith('image "%s" is not present locally (Error: No such image' % cuda)
-    host = Host({'docker image inspect': (0, 'sha256:1\n', ''), 'docker run': (0, '', '')})
+    host = Host({'docker image inspect': (0, 'sha256:1\n', ''), 'docker run': (0, END, '')})
     found = docker_verify(host, request(image=cuda))
     assert found['image'] == cuda and [call[-3] for call in host.calls[1:]] == [cuda]
 
@@ -241,3 +243,27 @@ def test_each_engine_module_documents_the_verification_it_returns(module):
         'ansible_collections.gpufleet.nvidia.plugins.modules.%s' % module).RETURN)['verification']
     assert sorted(doc['contains']) == sorted(docker_verify(Host({}), check_mode=True))
     assert tuple(doc['contains']['status']['choices']) == v.STATUSES
+
+
+def test_a_lost_output_is_run_again_and_never_read_as_no_gpu():
+    # containerd's I/O can lose the output of a container that prints and exits at once: rc 0, nothing printed.
+    answers = [(0, '', ''), (0, '/dev/nvidia0\n', ''), (0, TWO, '')]  # lost, cut short, whole
+    host = Host({' '.join(CTR + ['images']): (0, 'docker.io/gpufleet/busybox:1\n', ''),
+                 ' '.join(CTR + ['run']): lambda argv: answers.pop(0),
+                 ' '.join(CTR + ['containers']): (0, '', '')})
+    result = ctr_verify(host)
+    assert result['status'] == 'ok' and result['runs'][0]['devices'] == [
+        '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools', '/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl']
+    runs = [call for call in host.calls if call[len(CTR)] == 'run']
+    deletes = [call for call in host.calls if call[len(CTR)] == 'containers']
+    assert len(runs) == 3 and len(deletes) == 2  # each lost run's container is deleted before the next
+    assert sorted(result['runs'][0]) == ['command', 'devices', 'rc', 'visible_devices']
+
+
+def test_an_output_lost_every_time_fails_saying_so_not_no_gpu():
+    host = Host({'docker image ls': (0, IMAGES, ''), 'docker run': (0, '', '')})
+    result = docker_verify(host)
+    assert result['status'] == 'failed' and result['verified'] is False
+    assert len([call for call in host.calls if call[1] == 'run']) == v.ATTEMPTS
+    assert result['msg'].startswith('"%s" exited 0 but its output never arrived (the line gpufleet-verify-end '
+                                    'missing), 3 times in a row: dockerd lost the output' % (THROUGH_NVIDIA % 'all'))
