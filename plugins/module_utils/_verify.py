@@ -273,13 +273,11 @@ def verify(request, client, run, check_mode, state, loaded, loaded_why='', defau
     for value, argv, cleanup in client.runs(request, image, default_runtime):
         for attempt in range(1, ATTEMPTS + 1):
             rc, out, err = run(argv)
-            if rc != 0 and cleanup:
-                run(cleanup)
             lost = rc == 0 and not output_whole(out)
+            if cleanup and (rc != 0 or lost):
+                run(cleanup)  # a failed run, or one whose output was lost, may leave ctr's container behind
             if not lost:
                 break
-            if cleanup:
-                run(cleanup)  # a lost output may leave ctr's container behind
         runs.append({'visible_devices': value, 'command': command_text(argv), 'devices': devices_seen(out), 'rc': rc,
                      'stderr': err, 'lost': lost, 'attempts': attempt})
     status = ('failed' if any(entry['rc'] != 0 or entry['lost'] for entry in runs)
