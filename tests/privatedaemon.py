@@ -15,6 +15,11 @@ fails when a run leaves a new path there). Every process it leaves behind
 (shims, container processes) is found by its private directory and ended by
 PID.
 
+The engine under test (``GPUFLEET_ENGINE``, ``tests/engines/engines.py``) is
+this machine's own (Debian 12's) or a newer Debian suite's: its ``/usr`` is
+then bound over ``/usr`` first thing in the namespace, so the daemon, its
+shims, runc and its clients are that release's, with its glibc.
+
 Subclasses give ``PRIVATE``, ``argv()`` (the daemon's command line),
 ``answers()`` (it serves its API) and ``pid()``.
 """
@@ -23,10 +28,16 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'engines'))
+import engines  # noqa: E402
+
+# The engine's root (None: this machine's own); an engine that is not built fails the import, loudly.
+ENGINE_ROOT = engines.root()
 RESTART_WAIT = 30
 # Host directories the daemon sees as they are but writes only in its namespace (overlayfs, upper in a tmpfs).
 COPY_ON_WRITE = ('/etc', '/opt', '/var/lib')
@@ -117,6 +128,8 @@ class PrivateDaemon(object):
         self.proc = None
         self.holder = None
         self.starts = 0
+        # The engine whose /usr the namespace binds (None: this machine's own); a test may set another before start.
+        self.engine_root = ENGINE_ROOT
 
     # ---- what a daemon is -------------------------------------------------------
     def argv(self):
@@ -140,6 +153,8 @@ class PrivateDaemon(object):
             cow = os.path.join(self.base, '.cow')
             os.makedirs(cow, exist_ok=True)
             mounts = ['mount -t tmpfs tmpfs %s' % cow]
+            if self.engine_root:
+                mounts.insert(0, 'mount --bind %s/usr /usr' % self.engine_root)
             for index, path in enumerate(self.COPY_ON_WRITE):
                 upper, work = '%s/%d/upper' % (cow, index), '%s/%d/work' % (cow, index)
                 mounts.append('{ [ ! -d %s ] || { mkdir -p %s %s && mount -t overlay overlay -o '

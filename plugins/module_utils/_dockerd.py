@@ -16,7 +16,6 @@ __metaclass__ = type
 import os
 import re
 import shlex
-import tempfile
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
@@ -231,21 +230,18 @@ def unknown_keys(config, option_keys):
 
 
 def dockerd_validator(run_command, dockerd_path, help_text=None):
-    """A ``validator`` using ``dockerd --validate`` when this dockerd has it (23.0+), else None."""
+    """A ``validator`` using ``dockerd --validate`` when this dockerd has it (23.0+), else None.
+
+    The text goes to dockerd on its standard input (``--config-file /dev/stdin``): no temporary file, so it works
+    on a read-only host (check mode, node_state) and leaves nothing in a directory other users write to."""
     if help_text is None:
         help_text = dockerd_help(run_command, dockerd_path)
     if not help_text or '--validate' not in help_text:
         return None
 
     def validate(text):
-        fd, tmp = tempfile.mkstemp(prefix='gpufleet-daemon-json.', suffix='.validate')
-        try:
-            with os.fdopen(fd, 'wb') as handle:
-                handle.write(text.encode('utf-8'))
-            rc, out, err = run_command([dockerd_path, '--validate', '--config-file', tmp])
-            if rc != 0:
-                return (err or out or 'rc=%s' % rc).strip().replace(tmp, 'the merged file')
-            return None
-        finally:
-            os.unlink(tmp)
+        rc, out, err = run_command([dockerd_path, '--validate', '--config-file', '/dev/stdin'], data=text)
+        if rc != 0:
+            return (err or out or 'rc=%s' % rc).strip().replace('/dev/stdin', 'the merged file')
+        return None
     return validate

@@ -109,7 +109,11 @@ options:
   cdi:
     description:
       - Sets C(features.cdi) (Container Device Interface support, dockerd 25 and later).
-      - When omitted, C(features.cdi) is left as it is. A missing C(features.cdi) equals V(false).
+      - When omitted, C(features.cdi) is left as it is. A missing C(features.cdi) means CDI is off on dockerd 25 to
+        27 and on from dockerd 28, where CDI is on by default.
+      - dockerd sets CDI up only when it starts (measured on 26.1 and 28.5; a SIGHUP leaves it as it was), so
+        switching it on or off restarts a dockerd that reports CDI. Setting V(true) on dockerd 28 with CDI already
+        on only writes the file.
     type: bool
   state:
     description:
@@ -169,6 +173,7 @@ notes:
   - Only what this module manages is compared with the running dockerd (C(/info) C(Runtimes), C(DefaultRuntime),
     and C(CDISpecDirs) for O(cdi) on dockerd 25 and later). Older dockerd does not report C(features), so a change of
     C(features.cdi) there is applied by a reload when this run changes it, and cannot be verified.
+  - Tested for real on dockerd 20.10, 26.1 and 28.5 (Debian 12, 13 and testing).
   - B(dockerd) is the process the init system names (systemd's C(MainPID), Upstart's C(initctl status), else the
     root-owned pid file C(/var/run/docker.pid)), and only when it is a root process of the host's PID namespace
     running the installed C(dockerd), a file only root can change; only when the init system has no record of

@@ -35,21 +35,23 @@ READ_ONLY = ('awk \'{print $2}\' /proc/self/mounts | grep -v -E "^/(proc|sys|dev
              '[ -w /tmp ] && exit 91; exec "$@"')
 
 
-def run_read_only(workdir, module, args, check_mode=True):
+def run_read_only(lab, module, args, check_mode=True):
     """``python -m module`` with ``args`` in a private mount namespace where every file system is read-only."""
     args = dict(args, _ansible_check_mode=check_mode)
     with tempfile.NamedTemporaryFile('w', prefix='gfro-args-', suffix='.json') as handle:
         json.dump({'ANSIBLE_MODULE_ARGS': args}, handle)
         handle.flush()
-        return run_module(workdir, module, handle.name)
+        return run_module(lab, module, handle.name)
 
 
-def run_module(workdir, module, args_file):
+def run_module(lab, module, args_file):
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE='1',
-               PATH=os.path.join(workdir, 'bin') + os.pathsep + os.environ.get('PATH', ''))
-    proc = subprocess.run(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', READ_ONLY, 'sh',
-                           sys.executable, '-m', 'ansible_collections.gpufleet.nvidia.plugins.modules.' + module,
-                           args_file], capture_output=True, text=True, env=env, timeout=120)
+               PATH=os.path.join(lab.base, 'bin') + os.pathsep + os.environ.get('PATH', ''))
+    # A namespace of its own inside the lab's (which has the engine's /usr): the module sees the installed containerd.
+    proc = subprocess.run(lab.inside(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', READ_ONLY, 'sh',
+                                      sys.executable, '-m',
+                                      'ansible_collections.gpufleet.nvidia.plugins.modules.' + module, args_file]),
+                          capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode not in (90, 91), 'the namespace is not read-only: %s' % proc.stderr
     assert 'Traceback' not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
@@ -74,7 +76,7 @@ def tree(base):
 def test_containerd_runtime_check_mode_on_a_read_only_host(lab_containerd):
     lab = lab_containerd
     before = tree(lab.base)
-    result = run_read_only(lab.base, 'containerd_runtime', {'path': lab.config, 'default_runtime': True})
+    result = run_read_only(lab, 'containerd_runtime', {'path': lab.config, 'default_runtime': True})
     assert not result.get('failed'), result['msg']
     assert result['changed'] and result['file_changed'] and result['action'] == 'restart', result
     assert result['default_runtime'] == 'nvidia' and 'nvidia' in result['runtimes'], result
@@ -92,7 +94,7 @@ def test_node_state_on_a_read_only_host(lab_containerd):
     os.chmod(os.path.join(lab.base, 'bin', 'crio'), 0o755)
     os.mkdir(os.path.join(lab.base, 'docker'))
     before = tree(lab.base)
-    result = run_read_only(lab.base, 'node_state', {
+    result = run_read_only(lab, 'node_state', {
         'engines': ['containerd', 'crio', 'docker'],
         'containerd': {'path': lab.config},
         'crio': {'path': os.path.join(crio_dir, 'crio.conf.d', '99-nvidia.conf'),

@@ -37,6 +37,7 @@ def run_module(lab, args):
                                       'ansible_collections.gpufleet.nvidia.plugins.modules.containerd_runtime',
                                       args_file]), capture_output=True, text=True, timeout=300)
     assert 'Traceback' not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert proc.stdout.strip(), 'the module printed nothing (rc %s): %s' % (proc.returncode, proc.stderr)
     return json.loads(proc.stdout)
 
 

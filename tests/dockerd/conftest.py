@@ -87,8 +87,8 @@ class LabDockerd(PrivateDaemon):
         return PrivateDaemon.log_tail(self, limit)
 
     def docker(self, *args, **kwargs):
-        cli = shutil.which('docker')
-        return subprocess.run([cli, '-H', 'unix://' + self.socket] + list(args), check=True,
+        # The engine's own CLI, in the namespace (``privatedaemon.ENGINE_ROOT``).
+        return subprocess.run(self.inside(['/usr/bin/docker', '-H', 'unix://' + self.socket] + list(args)), check=True,
                               capture_output=True, text=True, timeout=kwargs.get('timeout', 60)).stdout.strip()
 
 

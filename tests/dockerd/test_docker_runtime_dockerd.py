@@ -276,15 +276,39 @@ def test_dockerd_reading_another_file_is_refused(lab_dockerd, tmp_path):
     assert not os.path.exists(other) and service.reloads == 0
 
 
-def test_cdi_change_is_reloaded_on_dockerd_without_cdi_in_info(lab_dockerd):
+def server_major(lab):
+    return int(lab.api.info()['ServerVersion'].split('.')[0])
+
+
+def test_cdi_switch_applied_as_each_dockerd_needs(lab_dockerd):
+    """features.cdi, per dockerd release (measured): 20.10 has no CDI and does not report it, so a change is
+    reloaded and cannot be checked; 26 reports CDISpecDirs (empty while CDI is off) and a SIGHUP leaves CDI as
+    it was, so switching it is a restart; 28 has CDI on by default, so cdi=true changes the file and nothing
+    else, and cdi=false is a restart."""
     lab = lab_dockerd
     converge(lab)
     pid = lab.pid()
-    result, service = converge(lab, cdi=True)
-    assert result['action'] == 'reload' and service.reloads == 1 and lab.pid() == pid
-    assert json.loads(read(lab.config))['features'] == {'cdi': True}
-    again, service = converge(lab, cdi=True)
-    assert again['action'] == 'none' and service.reloads == 0
+    info = lab.api.info()
+    major = server_major(lab)
+    if major < 25:
+        assert 'CDISpecDirs' not in info
+        result, service = converge(lab, cdi=True)
+        assert result['action'] == 'reload' and service.reloads == 1 and lab.pid() == pid
+    else:
+        on_by_default = bool(info['CDISpecDirs'])
+        assert on_by_default == (major >= 28), info['CDISpecDirs']
+        if on_by_default:  # saying what dockerd already does only writes the file
+            result, service = converge(lab, cdi=True)
+            assert result['action'] == 'none' and result['file_changed'], result['msg']
+            assert (service.reloads, service.restarts) == (0, 0) and lab.pid() == pid
+        result, service = converge(lab, cdi=not on_by_default)
+        assert result['action'] == 'restart', result['msg']
+        assert (service.reloads, service.restarts) == (0, 1) and lab.pid() != pid
+        assert 'dockerd reads features.cdi only when it starts' in result['msg']
+        assert bool(lab.api.info()['CDISpecDirs']) is (not on_by_default)
+    cdi = json.loads(read(lab.config))['features']['cdi']
+    again, service = converge(lab, cdi=cdi)
+    assert again['action'] == 'none' and not again['changed'] and (service.reloads, service.restarts) == (0, 0)
 
 
 @pytest.mark.daemon_json('{\n  "live-restore": true\n}\n')
@@ -299,18 +323,33 @@ def test_restart_with_live_restore_keeps_containers(lab_dockerd, busybox_image):
     assert is_running(lab, container)
 
 
-def _option_keys():
-    def run(argv):
-        proc = subprocess.run(argv, capture_output=True, text=True)
+def _option_keys(lab):
+    def run(argv):  # the engine's own dockerd, in the lab's namespace
+        proc = subprocess.run(lab.inside(argv), capture_output=True, text=True)
         return proc.returncode, proc.stdout, proc.stderr
     return dockerd.option_keys_from_help(dockerd.dockerd_help(run, DOCKERD))
 
 
 def test_option_keys_from_help_match_this_dockerd(lab_dockerd):
-    """Every key we derive from `dockerd --help` is one this dockerd accepts (checked by dockerd itself)."""
+    """Before --validate (dockerd 23), every key we derive from `dockerd --help` is one this dockerd accepts (checked
+    by dockerd itself). From 23 the module asks `dockerd --validate` instead: the help still lists flags the file
+    no longer takes (26 and 28: graph, cluster-store, cluster-store-opts, cluster-advertise), so there the validator
+    must refuse an unknown key and accept what the module writes."""
     lab = lab_dockerd
-    keys = _option_keys()
+    keys = _option_keys(lab)
     assert {'runtimes', 'default-runtime', 'features', 'log-opts', 'live-restore'} <= keys
+
+    def run(argv, data=None):  # the module's run_command: the validator hands dockerd the file on its stdin
+        proc = subprocess.run(lab.inside(argv), capture_output=True, text=True, input=data)
+        return proc.returncode, proc.stdout, proc.stderr
+    validate = dockerd.dockerd_validator(run, DOCKERD)
+    if server_major(lab) >= 23:
+        assert validate is not None
+        assert "x-not-an-option" in validate('{"x-not-an-option": 1}')
+        merged = apply.Request(path=lab.config, default_runtime=True, cdi=True).merge(read(lab.config).decode())
+        assert validate(merged.text) is None
+        return
+    assert validate is None
     lab.stop()
     flags_in_lab = {'config-file', 'data-root', 'exec-root', 'pidfile', 'host', 'hosts', 'iptables', 'bridge',
                     'storage-driver', 'validate', 'help', 'version'}
@@ -330,7 +369,7 @@ def test_unknown_key_already_in_file_is_refused_not_restarted(lab_dockerd):
     pid = lab.pid()
     service = LabService(lab)
     with pytest.raises(GpufleetError) as excinfo:
-        apply.converge(apply.Request(path=lab.config, state='present'), service, lab.api, option_keys=_option_keys())
+        apply.converge(apply.Request(path=lab.config, state='present'), service, lab.api, option_keys=_option_keys(lab))
     assert '"//" is not a dockerd option' in str(excinfo.value)
     assert read(lab.config).decode() == text and lab.pid() == pid and (service.reloads, service.restarts) == (0, 0)
 

@@ -48,7 +48,9 @@ def play(lab, tmp_path, *extra):
             '-e', 'container_runtime_daemon_json=%s' % lab.config,
             '-e', 'container_runtime_docker_host=unix://%s' % lab.socket,
             '-e', '{"container_runtime_default": true}'] + list(extra) + [str(playbook)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    # In the lab's namespace, as on a host of the engine's release: the module takes a dockerd for the docker
+    # service only when it runs the installed dockerd binary (the engine's, bound at /usr).
+    proc = subprocess.run(lab.inside(argv), capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(result_file.read_text()), proc.stdout
 

@@ -116,15 +116,17 @@ def test_validator_only_when_dockerd_has_validate(tmp_path):
 
     seen = []
 
-    def run(argv):
+    def run(argv, data=None):
         if argv[1] == '--help':
             return 0, '      --config-file string   Daemon configuration file\n      --validate   Validate and exit', ''
-        seen.append(open(argv[3]).read())
+        seen.append((argv, data))
         return 1, '', 'unable to configure the Docker daemon with file %s: bad' % argv[3]
 
     validate = dockerd.dockerd_validator(run, '/usr/bin/dockerd')
     problem = validate('{"x": 1}')
-    assert seen == ['{"x": 1}'] and problem.endswith('the merged file: bad')
+    # The text on dockerd's standard input, no file anywhere (a read-only host validates too).
+    assert seen == [(['/usr/bin/dockerd', '--validate', '--config-file', '/dev/stdin'], '{"x": 1}')]
+    assert problem.endswith('the merged file: bad')
 
 
 def test_option_keys_from_real_help():
