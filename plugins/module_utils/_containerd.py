@@ -114,15 +114,25 @@ def choose_schema(version, file_version, path):
                             % (path, file_version, shown))
     if file_version in (2, 3):
         return SCHEMAS[file_version]
+    # Measured on 2.1.9: a version 1 file (no `version` line, or 1) is migrated on every start, and its CRI runtime
+    # tables (plugins.cri.containerd.runtimes.*) are dropped on the way ("Ignoring unknown key in TOML for plugin");
+    # `containerd config migrate` drops them too. So neither is a way forward for a file that has runtimes.
+    lost = ('containerd %s migrates such a file on every start and drops its CRI runtime tables '
+            '(plugins.cri.containerd.runtimes.*) in that migration, as `containerd config migrate` does'
+            % shown)
     if file_version is None:
         raise DocumentError('%s has no "version" line (an empty file has none): containerd %s reads such a file as '
-                            'the deprecated version 1 and migrates it on every start, and this module writes versions '
-                            '2 and 3 only. Nothing was changed; put `version = 3` at the top of the file (an empty '
-                            'file: `version = 3` alone, or `containerd config default` output), then run again.'
-                            % (path, shown))
+                            'the deprecated version 1; %s. This module writes versions 2 and 3 only. Nothing was '
+                            'changed; put `version = 3` at the top of the file (an empty file: `version = 3` alone, '
+                            'or `containerd config default` output) and write its CRI tables under the version 3 ids '
+                            '(plugins."io.containerd.cri.v1.runtime"), then run again.' % (path, shown, lost))
+    if file_version in (0, 1):
+        raise DocumentError('%s says version = %s: %s. This module writes versions 2 and 3 only. Nothing was '
+                            'changed; write the file as version 3 (its CRI tables under plugins."io.containerd.cri.v1.'
+                            'runtime") or version 2 (plugins."io.containerd.grpc.v1.cri") by hand, keeping its '
+                            'runtimes, then run again.' % (path, file_version, lost))
     raise DocumentError('%s says version = %s; the installed containerd %s reads versions 2 and 3. Nothing was '
-                        'changed; run `containerd config migrate` or write version = 3.'
-                        % (path, file_version, shown))
+                        'changed; write version = 3.' % (path, file_version, shown))
 
 
 # The plugin ids that make up the CRI service (1.x: "cri" is the short id containerd also accepts; 2.x: the
@@ -238,16 +248,36 @@ def nonzero(options):
     return dict((key, value) for key, value in (options or {}).items() if value not in ZERO)
 
 
-def runtime_settings(runtime):
+# Runtime settings whose value is what the CRI plugin uses when the key is left out. containerd 2.x's dump shows
+# `sandboxer = 'podsandbox'` for its default runc and `''` for a runtime a file defines without it, and its CRI plugin
+# starts both on podsandbox (measured on 2.1.9, in the configuration it logs at start): copying it from runc would
+# rewrite, and restart, every host upgraded from 1.x for no change in effect.
+IMPLIED = {'sandboxer': 'podsandbox'}
+
+
+def runtime_settings(runtime, top=True):
     """A runtime table as a file writes it: every key (nested tables too) without zero values, which the dump
-    lists and a file leaves out."""
+    lists and a file leaves out, and without the settings the CRI plugin implies (``IMPLIED``)."""
     found = {}
     for key, value in (runtime or {}).items():
         if isinstance(value, dict):
-            value = runtime_settings(value)
-        if value not in ZERO:
+            value = runtime_settings(value, False)
+        if value not in ZERO and not (top and IMPLIED.get(key) == value):
             found[key] = copy.deepcopy(value)
     return found
+
+
+def as_written(runtime, config, schema, name):
+    """``runtime`` with the implied settings (``IMPLIED``) the block already writes for ``name``: a block an earlier
+    release wrote stays byte for byte when it means the same."""
+    have = get(config.values, schema.runtime(name))
+    if config.block is None or not isinstance(have, dict):
+        return runtime
+    kept = dict(runtime)
+    for key, value in IMPLIED.items():
+        if have.get(key) == value and key not in kept:
+            kept[key] = value
+    return kept
 
 
 def carried_runtime(runtime):
@@ -418,8 +448,10 @@ def plan_present(config, request, schema, before, dschema):
             carried = config.block_runtimes(schema)
         for name in carried:
             if name != request.name and name in dumped:
-                lines += runtime_lines(schema, name, carried_runtime(dumped[name]), indent)
-        lines += runtime_lines(schema, request.name, want, indent)
+                lines += runtime_lines(schema, name, as_written(carried_runtime(dumped[name]), config, schema, name),
+                                       indent)
+        lines += runtime_lines(schema, request.name, as_written(want, config, schema, request.name)
+                               if not user_defined else want, indent)
     lines.append(END)
     default_lines = plan_default(config, request, schema, splice, indent, changes, warnings, effective_default)
     if default_lines:
@@ -751,7 +783,7 @@ def compare_effective(before, after, request, schema, want_default, want_runtime
             if (runtime.get('options') or {}).get('BinaryName') != request.runtime_path:
                 problems.append('BinaryName of "%s" is %r' % (request.name, (runtime.get('options') or {}).get(
                     'BinaryName')))
-            elif want_runtime is not None and runtime_settings(runtime) != want_runtime:
+            elif want_runtime is not None and runtime_settings(runtime) != runtime_settings(want_runtime):
                 problems.append('the runtime "%s" is %s, not %s'
                                 % (request.name, runtime_settings(runtime), want_runtime))
     default = get(after, schema.containerd + ('default_runtime_name',))

@@ -158,15 +158,29 @@ def log_files(service):
 
 
 def containerd_error(log):
-    """containerd's own words from its log: a failed CRI plugin, or the last error/fatal line."""
+    """containerd's own words from its log: a failed CRI plugin, or the last error/fatal line.
+
+    1.x names the plugin in the message (``msg="failed to load plugin io.containerd.grpc.v1.cri" error=...``); 2.x
+    in a field (``msg="failed to load plugin" error=... id=io.containerd.cri.v1.runtime``), where the root cause is
+    the first CRI line (the runtime plugin's) and the gRPC service's repeats it behind "unable to load CRI runtime
+    service plugin dependency" (measured on 2.1.9)."""
     found = None
     for line in (log or '').splitlines():
-        if 'failed to load plugin io.containerd.grpc.v1.cri' in line or 'failed to load plugin io.containerd.cri' in line:
+        if 'failed to load plugin io.containerd.grpc.v1.cri' in line or 'failed to load plugin io.containerd.cri' in line \
+                or (found is None and 'msg="failed to load plugin"' in line
+                    and re.search(r' id=io\.containerd\.(cri\.v1\.\w+|grpc\.v1\.cri)\b', line)):
             match = re.search(r'error="((?:[^"\\]|\\.)*)"', line)
             found = 'CRI plugin: ' + (match.group(1).replace('\\"', '"') if match else line)
         elif found is None and ('level=fatal' in line or 'containerd: ' in line):
             found = line.strip()
     return found
+
+
+def _names(directory):
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
 
 
 class Result(dict):
@@ -209,8 +223,8 @@ class Converge(object):
             if before is None:
                 raise DocumentError('%s: containerd already refuses this file, nothing was changed: %s'
                                     % (request.path, error))
-            loaded = [path for path in before.get('imports') or [] if path]
-            self.check_imports(real, config, loaded, version)
+            loaded = self.loaded_files(real, config, before, version)
+            defined_in = self.check_imports(real, config, loaded, version)
             self.report_runtimes(before, dschema)
             if not current.exists and request.state == 'absent':
                 result['msg'] = '%s does not exist; nothing to remove' % request.path
@@ -218,6 +232,8 @@ class Converge(object):
             if not current.exists:
                 config = cd.Config('version = %d\n' % schema.version, request.path)
             planned = cd.plan(config, request, schema, before, dschema)
+            if defined_in:
+                planned = self.imported_definition(defined_in, config, planned, before, dschema)
             self.warnings.extend(planned.warnings)
             file_changed = planned.text != text
             result.update(file_changed=file_changed, before=text, after=planned.text, changes=planned.changes,
@@ -249,11 +265,40 @@ class Converge(object):
             result['msg'] = message(result, stale, check_mode)
             return result
 
+    def loaded_files(self, real, config, before, version):
+        """The files containerd loads besides ``real``. 1.x's dump lists them (and ``real``); 2.x's lists the
+        patterns as the file writes them (measured on 2.1.9: `imports = ['/etc/containerd/conf.d/*.toml']`), so
+        there they are found as containerd finds them: breadth-first, a glob's matches sorted, each file once, the
+        imports of imported files too. Every directory a pattern looks in is checked first (``check_pattern``)."""
+        if not cd.globs_from_file(version):
+            return [path for path in before.get('imports') or [] if path]
+        found, seen, queue = [], set([os.path.realpath(real)]), [(real, config.values)]
+        while queue:
+            source, values = queue.pop(0)
+            for pattern, glob in cd.import_patterns(values, source, os.getcwd(), True):
+                paths = [pattern]
+                if glob:
+                    last = os.path.basename(pattern)
+                    paths = sorted(os.path.join(directory, name)
+                                   for directory in _host.check_pattern(pattern, reader='containerd', glob=True)
+                                   for name in _names(directory) if _host.glob_match(name, last))
+                for path in paths:
+                    if os.path.realpath(path) in seen:
+                        continue
+                    seen.add(os.path.realpath(path))
+                    imported = _host.read_file(path, _host.resolve_path(path, reader='containerd'),
+                                               cd.MAX_CONFIG_BYTES, reader='containerd')
+                    if imported.exists:
+                        found.append(path)
+                        queue.append((path, cd.loads(imported.text, path)))
+        return found
+
     def check_imports(self, real, config, loaded, version):
         """The files containerd imports, and every directory its ``imports`` patterns can match, out of other users'
         reach (a pattern that matches nothing yet included, on every containerd version); none of the patterns may
         match the temp files and backups made beside ``real``; containerd 1.x takes an imported CRI table whole,
-        so an insertion in the main file would not count."""
+        so an insertion in the main file would not count (refused). Returns, on 2.x, the imported files that define
+        the runtime (``imported_definition``)."""
         imports = {}
         for path in loaded:
             if os.path.realpath(path) == os.path.realpath(real):
@@ -268,8 +313,11 @@ class Converge(object):
                 for directory in _host.check_pattern(pattern, reader='containerd', glob=glob):
                     if glob and os.path.realpath(directory) == os.path.dirname(real):
                         self.check_not_ours(pattern, real)
-        if not version or version[0] >= 2:
-            return
+        if version and version[0] >= 2:
+            # 2.x merges an imported file over this one key by key: a runtime defined there wins over our block.
+            return [path for path in sorted(imports)
+                    if any(cd.get(imports[path], schema.runtime(self.request.name)) is not None
+                           for schema in (cd.SCHEMAS[2], cd.SCHEMAS[3]))]
         for path in sorted(imports):
             for schema in (cd.SCHEMAS[1], cd.SCHEMAS[2]):
                 if cd.get(imports[path], schema.cri) is not None:
@@ -279,6 +327,34 @@ class Converge(object):
                         'was changed; move the CRI settings into one file.'
                         % (self.request.path, path, cd.ts.dotted(schema.cri), '.'.join(map(str, version)), path,
                            self.request.path))
+        return []
+
+    def imported_definition(self, defined_in, config, planned, before, dschema):
+        """containerd 2.x, the runtime defined in an imported file (NVIDIA's toolkit 1.18+ writes
+        /etc/containerd/conf.d/99-nvidia.toml): that file wins over a block in this one (measured on 2.1.9). Present:
+        nothing to write when containerd already has the runtime as this module would register it, else refused.
+        Absent: the block (if any) goes, and a warning says the runtime stays."""
+        request = self.request
+        names = ', '.join(defined_in)
+        if request.state == 'absent':
+            return cd.Plan(planned.text, planned.changes, planned.warnings + [
+                'the runtime "%s" stays: %s (imported by %s) defines it. Remove it there.'
+                % (request.name, names, request.path)], planned.runtime)
+        dumped = cd.get(before, dschema.runtime(request.name))
+        same = isinstance(dumped, dict) and cd.runtime_settings(dumped) == cd.runtime_settings(planned.runtime)
+        if same and config.block is None and not request.default_runtime:
+            note = ('the runtime "%s" is registered by %s (imported by %s), as this module would register it: '
+                    'nothing written' % (request.name, names, request.path))
+            return cd.Plan(config.text, [], [note], planned.runtime)
+        if same:
+            return planned
+        raise DocumentError(
+            '%s imports %s, which defines the runtime "%s" differently (%s; wanted %s): containerd %s merges an '
+            'imported file over this one key by key, so a block here would not count. Nothing was changed; edit or '
+            'remove the runtime in %s (NVIDIA\'s `nvidia-ctk runtime configure` writes '
+            '/etc/containerd/conf.d/99-nvidia.toml), then run again.'
+            % (request.path, names, request.name, cd.runtime_settings(dumped) if isinstance(dumped, dict) else None,
+               cd.runtime_settings(planned.runtime), self.result['containerd_version'], names))
 
     def check_not_ours(self, pattern, real):
         """An imports glob in the config's own directory must not match the temp files and backups made there."""

@@ -20,14 +20,19 @@ description:
     of an existing C(default_runtime_name) in place and keeps its previous value in a marker comment above it.
   - B(Why not a drop-in.) containerd 1.x takes an imported file's CRI plugin table whole, replacing the main file's
     (sandbox image, registry, the runc runtime's C(SystemdCgroup)); a drop-in that adds only the runtime would silently
-    reset them. See the collection's C(docs/containerd.md) for the measurements.
+    reset them. containerd 2.x merges imports key by key; the module keeps the same block there (it survives an upgrade
+    from 1.x without a write), and a runtime an imported file (NVIDIA's C(/etc/containerd/conf.d/99-nvidia.toml))
+    already defines as this module would is left alone with a warning; defined otherwise, it is refused, naming the
+    file. See the collection's C(docs/containerd.md) for the measurements (1.6.20, 1.7.24, 2.1.9).
   - The schema follows the installed containerd and the file. containerd 1.x; version 1 files get
     C(plugins.cri) tables, version 2 files C(plugins."io.containerd.grpc.v1.cri"); a C(version = 3) file is refused on
     containerd 1.x, which ignores its tables without a word. containerd 2.x; version 2 or 3 (C(io.containerd.cri.v1.runtime));
-    a file without a C(version) line (an empty one included) is refused there; put C(version = 3) at its top.
+    a file without a C(version) line (an empty one included) or with C(version = 1) is refused there, because 2.x drops
+    such a file's CRI runtimes when it migrates it (measured on 2.1.9); write it as version 2 or 3.
   - The runtime copies a template runtime whole, as NVIDIA's C(nvidia-ctk runtime configure) does (C(SystemdCgroup),
     which must match the kubelet's cgroup driver, C(privileged_without_host_devices), C(NoPivotRoot), C(Root),
-    C(sandboxer) and every other setting), with its own C(BinaryName). The template is the default runtime the CRI
+    C(sandboxer) and every other setting), with its own C(BinaryName). C(sandboxer = "podsandbox"), which containerd
+    2.x's dump shows for runc and its CRI plugin implies for a runtime without it, is not copied. The template is the default runtime the CRI
     plugin really uses (containerd 1.x's deprecated C(default_runtime) table when it has a C(runtime_type); the
     default before this module made its own the default), else C(runc), else C(crun); never an C(nvidia*) runtime,
     and only a runc v2 runtime (C(BinaryName) is an option of the runc v2 shim). Settings come from the effective
@@ -44,7 +49,8 @@ description:
     table make the module fail with the file untouched.
   - B(Apply.) containerd has no reload; it is restarted through the init system, only when the effective configuration
     differs from what the running containerd started with, that is when this run changed the file, or when a file it
-    loads (the main file and its imports) changed after the containerd process started. Running containers keep running
+    loads (the main file and its imports; on 2.x, whose dump lists the C(imports) patterns, the files they match)
+    changed after the containerd process started. Running containers keep running
     (their shims are separate processes). containerd must come back, answer on its socket and load the CRI plugin if
     it had it before; otherwise the previous file is restored, containerd restarted with it, and the module fails with
     containerd's own error (for example the CRI plugin's "invalid plugin config").

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A real containerd (Debian's containerd 1.6) with every path private, for the containerd_runtime tests.
+"""A real containerd (this machine's 1.6, or a newer Debian release's: tests/engines) with every path private, for the containerd_runtime tests.
 
 Like tests/dockerd: containerd runs inside a private mount namespace
 (``unshare --mount --propagation private``, held open across restarts by a
@@ -28,11 +28,22 @@ import pytest
 import gpuhost
 from privatedaemon import COPY_ON_WRITE, PrivateDaemon, host_left_untouched, private_lock_dir  # noqa: F401 (fixtures)
 
+import engines  # noqa: E402 (privatedaemon puts tests/engines on the path)
+
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 
 CONTAINERD = shutil.which('containerd') or '/usr/bin/containerd'
 CTR = shutil.which('ctr') or '/usr/bin/ctr'
 BUSYBOX = '/bin/busybox'
+
+# The containerd under test (GPUFLEET_ENGINE, tests/engines): 1.6 and 1.7 dump version 2 ids, 2.x version 3 ids.
+CONTAINERD2 = engines.major('containerd') >= 2
+# Where that containerd's `config dump` keeps what the tests look at.
+CRI_RUNTIME = ('plugins', 'io.containerd.cri.v1.runtime' if CONTAINERD2 else 'io.containerd.grpc.v1.cri')
+RUNTIMES = CRI_RUNTIME + ('containerd', 'runtimes')
+DEFAULT = CRI_RUNTIME + ('containerd', 'default_runtime_name')
+SANDBOX_IMAGE = (('plugins', 'io.containerd.cri.v1.images', 'pinned_images', 'sandbox') if CONTAINERD2
+                 else ('plugins', 'io.containerd.grpc.v1.cri', 'sandbox_image'))
 
 
 def _skip_reason():

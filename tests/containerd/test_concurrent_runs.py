@@ -36,10 +36,8 @@ import pytest
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 
-from .conftest import LabService
+from .conftest import RUNTIMES, SANDBOX_IMAGE, LabService
 
-CRI = ('plugins', 'io.containerd.grpc.v1.cri')
-RUNTIMES = CRI + ('containerd', 'runtimes')
 RUNTIME = '/usr/bin/nvidia-container-runtime'
 PAUSE = 'registry.k8s.io/pause:3.9'
 NAMES = ('nvidia', 'nvidia-cdi', 'nvidia-legacy')
@@ -219,7 +217,7 @@ def test_concurrent_runs_with_different_names_lose_nothing(lab_containerd, body)
             assert runtimes[name]['options']['BinaryName'] == RUNTIME, (rounds, name, runtimes[name])
         # Nothing else changed in the effective configuration: pause image, registry, runc and its cgroup driver.
         assert not differences(without(before, registered), without(after, registered)), rounds
-        assert cd.get(after, CRI + ('sandbox_image',)) == PAUSE
+        assert cd.get(after, SANDBOX_IMAGE) == PAUSE
         if 'SystemdCgroup' in body:
             assert cd.get(after, RUNTIMES + ('runc', 'options', 'SystemdCgroup')) is True
         # Every byte of the user's file is still there, in front; only the block follows it.

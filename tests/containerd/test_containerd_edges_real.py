@@ -14,7 +14,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import re
 
 import pytest
 
@@ -22,11 +21,9 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 
-from .conftest import LabService
+from .conftest import DEFAULT, LabService
+from .crilog import runtimes as cri_runtimes
 
-CRI = ('plugins', 'io.containerd.grpc.v1.cri')
-RUNTIMES = CRI + ('containerd', 'runtimes')
-DEFAULT = CRI + ('containerd', 'default_runtime_name')
 RUNTIME = '/usr/bin/nvidia-container-runtime'
 # What installers write: every table indented by its depth, the tables above the runtimes without keys of their own.
 INSTALLER = '''[plugins]
@@ -54,11 +51,8 @@ def read(path):
 
 def cri_started_with(lab):
     """The CRI plugin's configuration as the last start logged it: ``(default runtime, runtime names)``."""
-    lines = [line for line in lab.log_tail(1 << 20).splitlines() if 'Start cri plugin with config' in line]
-    assert lines, lab.log_tail()
-    default = re.search(r'DefaultRuntimeName:(\S*)', lines[-1]).group(1)
-    runtimes = re.search(r' Runtimes:map\[(.*?)\] NoPivot', lines[-1]).group(1)
-    return default, sorted(re.findall(r'(?:^| )([\w.-]+):\{Type:', runtimes))
+    runtimes, default = cri_runtimes(lab.log_tail(1 << 20))
+    return default, sorted(runtimes)
 
 
 def cri_status(lab):

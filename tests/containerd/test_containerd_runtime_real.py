@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""containerd_runtime against a real containerd 1.6, each in a private mount namespace.
+"""containerd_runtime against a real containerd (1.6, 1.7 or 2.x: tests/engines), each in a private mount namespace.
 
 Every check of what containerd runs goes through containerd itself
 (``containerd config dump``, ``ctr plugins ls``, ``ctr tasks ls``), never by
@@ -20,10 +20,8 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 
-from .conftest import LabService
+from .conftest import CONTAINERD2, DEFAULT, RUNTIMES, SANDBOX_IMAGE, LabService
 
-CRI = ('plugins', 'io.containerd.grpc.v1.cri')
-RUNTIMES = CRI + ('containerd', 'runtimes')
 RUNTIME = '/usr/bin/nvidia-container-runtime'
 KUBE = '''
 [plugins."io.containerd.grpc.v1.cri"]
@@ -78,7 +76,7 @@ def test_first_registration_keeps_every_cri_setting_and_rerun_does_nothing(lab_c
     assert nvidia['options'] == {'BinaryName': RUNTIME, 'SystemdCgroup': True}  # inherited from runc
     # Nothing else changed in the effective configuration: pause image, registry, runc's cgroup driver.
     assert without(after, RUNTIMES + ('nvidia',)) == without(before, RUNTIMES + ('nvidia',))
-    assert cd.get(after, CRI + ('sandbox_image',)) == 'registry.k8s.io/pause:3.9'
+    assert cd.get(after, SANDBOX_IMAGE) == 'registry.k8s.io/pause:3.9'
     assert cd.get(after, RUNTIMES + ('runc', 'options', 'SystemdCgroup')) is True
     # The file: every original byte is still there, in front; only the block was appended.
     assert read(lab.config).startswith(original)
@@ -105,8 +103,7 @@ def test_a_file_without_runtimes_keeps_runc_and_the_cri_plugin_loads(lab_contain
     assert result['action'] == 'restart'
     after = lab.dump()
     assert cd.get(after, RUNTIMES + ('runc', 'runtime_type')) == 'io.containerd.runc.v2'
-    assert without(after, RUNTIMES + ('nvidia',))[u'plugins'][CRI[1]]['containerd']['runtimes'].keys() == \
-        without(before, RUNTIMES + ('nvidia',))[u'plugins'][CRI[1]]['containerd']['runtimes'].keys()
+    assert cd.get(without(after, RUNTIMES + ('nvidia',)), RUNTIMES).keys() == cd.get(before, RUNTIMES).keys()
     assert cri_status(lab) == 'ok'
 
 
@@ -144,14 +141,28 @@ def test_imports_and_custom_settings_are_kept(lab_containerd):
 @pytest.mark.config_toml(KUBE, head='imports = ["cri.toml"]\n',
                          files={'cri.toml': 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n'
                                             '  sandbox_image = "x/pause:1"\n'})
-def test_an_import_that_carries_the_cri_table_is_refused_untouched(lab_containerd):
-    # containerd 1.6 replaces the whole CRI table with the imported one: an insertion here would not count.
+def test_an_import_that_carries_the_cri_table_is_refused_on_1x_and_merged_on_2x(lab_containerd):
     lab = lab_containerd
     original = read(lab.config)
     pid = lab.pid()
-    with pytest.raises(GpufleetError, match='replaces the whole CRI table'):
-        converge(lab)
-    assert read(lab.config) == original and lab.pid() == pid
+    systemd_cgroup = cd.get(lab.dump(), RUNTIMES + ('runc', 'options', 'SystemdCgroup'))
+    if not CONTAINERD2:
+        # containerd 1.x replaces the whole CRI table with the imported one (the main file's runc settings are
+        # gone from the effective configuration): an insertion here would not count.
+        assert systemd_cgroup is not True
+        with pytest.raises(GpufleetError, match='replaces the whole CRI table'):
+            converge(lab)
+        assert read(lab.config) == original and lab.pid() == pid
+        return
+    # containerd 2.x merges the imported table key by key: the import's pause image and the main file's runc
+    # settings both stay in effect, and the runtime appended to the main file counts.
+    assert cd.get(lab.dump(), SANDBOX_IMAGE) == 'x/pause:1' and systemd_cgroup is True
+    result, _service = converge(lab)
+    assert result['action'] == 'restart' and lab.pid() != pid, result
+    after = lab.dump()
+    assert cd.get(after, SANDBOX_IMAGE) == 'x/pause:1'
+    assert cd.get(after, RUNTIMES + ('nvidia', 'options')) == {'BinaryName': RUNTIME, 'SystemdCgroup': True}
+    assert read(lab.config).startswith(original) and cri_status(lab) == 'ok'
 
 
 @pytest.mark.config_toml(KUBE, newline='\r\n')
@@ -184,7 +195,7 @@ def test_absent_takes_back_exactly_what_was_added(lab_containerd):
     original = read(lab.config)
     before = lab.dump()
     made, _service = converge(lab, default_runtime=True)
-    assert cd.get(lab.dump(), CRI + ('containerd', 'default_runtime_name')) == 'nvidia'
+    assert cd.get(lab.dump(), DEFAULT) == 'nvidia'
     assert made['default_runtime'] == 'nvidia'
     result, _service = converge(lab, state='absent')
     assert result['action'] == 'restart'
@@ -230,10 +241,18 @@ def test_several_names_stay_side_by_side_and_absent_takes_back_one_at_a_time(lab
 ''')
 def test_a_config_the_cri_plugin_refuses_is_rolled_back_with_its_error(lab_containerd):
     # An old node: the deprecated systemd_cgroup with the v1 runtime. Making nvidia (runc v2) the default is
-    # accepted by `config dump` but the CRI plugin refuses it at start; containerd keeps running without CRI.
+    # accepted by `config dump` but the CRI plugin of 1.x refuses it at start; containerd keeps running without CRI.
     lab = lab_containerd
     assert cri_status(lab) == 'ok'
     original = read(lab.config)
+    if CONTAINERD2:
+        # containerd 2.x ignores systemd_cgroup ("Ignoring unknown key in TOML for plugin") and takes the runtime:
+        # nothing to roll back, nvidia is the default the CRI plugin starts with.
+        result, _service = converge(lab, default_runtime=True)
+        assert result['action'] == 'restart' and result['default_runtime'] == 'nvidia', result
+        assert 'systemd_cgroup' in lab.log_tail() and cri_status(lab) == 'ok'
+        assert cd.get(lab.dump(), DEFAULT) == 'nvidia'
+        return
     with pytest.raises(GpufleetError) as caught:
         converge(lab, default_runtime=True)
     message = str(caught.value)

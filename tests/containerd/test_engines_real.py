@@ -19,6 +19,8 @@ import pytest
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engines
 
+from .conftest import CONTAINERD2
+
 
 # A version 2 file must name the plugin's full id: containerd 1.6 refuses "cri" there
 # ("invalid disabled plugin URI "cri" expect io.containerd.x.vx").
@@ -34,13 +36,15 @@ def test_a_containerd_without_cri_is_left_out_of_auto(lab_containerd):
 
 @pytest.mark.config_toml('')
 def test_the_docker_packages_version_1_file_is_left_out_of_auto(lab_containerd):
-    # containerd.io's own config.toml: no version line (version 1), where the short id "cri" is valid.
+    # containerd.io's own config.toml: no version line (version 1), where the short id "cri" is valid. containerd 2.x
+    # migrates the file first: its dump names the plugin by its full id.
     lab = lab_containerd
     docker_file = os.path.join(lab.base, 'containerd-io.toml')
     with open(docker_file, 'w') as handle:
         handle.write('disabled_plugins = ["cri"]\n')
     found = _engines.containerd_cri(apply.Tools(lab.run), docker_file)
-    assert found['auto'] is False and found['cri_disabled'] == 'cri', found
+    assert found['auto'] is False, found
+    assert found['cri_disabled'] == ('io.containerd.grpc.v1.cri' if CONTAINERD2 else 'cri'), found
 
 
 @pytest.mark.config_toml('')

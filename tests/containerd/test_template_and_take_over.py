@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 
-from .conftest import settings
+from .conftest import CONTAINERD2, RUNTIMES, settings
 from .crilog import runtimes as cri_runtimes
 from .test_containerd_runtime_real import RUNTIME, converge, cri_status, read, without
 
@@ -30,6 +30,15 @@ def start_with(lab, text):
     lab.restart()
     assert cri_status(lab) == 'ok', lab.log_tail()
     return read(lab.config)
+
+
+def refused_as_version_1(lab, original, **kwargs):
+    """containerd 2.x reads a version 1 file by migrating it on every start: the module edits versions 2 and 3
+    only, and says how to go on; nothing changes."""
+    pid = lab.pid()
+    with pytest.raises(GpufleetError, match='drops its CRI runtime tables'):
+        converge(lab, **kwargs)
+    assert read(lab.config) == original and lab.pid() == pid
 
 
 CUSTOM_DEFAULT = '''version = 2
@@ -67,8 +76,7 @@ def test_the_default_runtime_is_the_template_and_it_is_copied_whole(lab_containe
     assert nvidia['PodAnnotations'] == ['example.com/*']
     assert dict(nvidia, Options=None) == dict(custom, Options=None)
     after = lab.dump()
-    path = ('plugins', 'io.containerd.grpc.v1.cri', 'containerd', 'runtimes', 'nvidia')
-    assert without(after, path) == without(before, path)
+    assert without(after, RUNTIMES + ('nvidia',)) == without(before, RUNTIMES + ('nvidia',))
     assert read(lab.config).startswith(original)
     # Making nvidia the default does not change what it copies (the default before ours), nor does a re-run.
     block = read(lab.config)
@@ -109,6 +117,19 @@ def test_the_deprecated_default_runtime_table_is_what_the_cri_plugin_uses(lab_co
     lab = lab_containerd
     original = start_with(lab, LEGACY[version])
     runtimes, default = cri_runtimes(lab.log_tail(65536))
+    if CONTAINERD2:
+        # containerd 2.x has no such table: it logs "Ignoring unknown key" and starts on runc, the default's default.
+        assert default == 'runc' and 'default' not in runtimes and 'default_runtime' in lab.log_tail(65536)
+        if version == 1:
+            refused_as_version_1(lab, original, default_runtime=True)
+            return
+        result, _service = converge(lab, default_runtime=True)
+        runtimes, default = cri_runtimes(lab.log_tail(65536))
+        assert result['default_runtime'] == default == 'nvidia', result
+        assert runtimes['nvidia']['Options'] == {'BinaryName': RUNTIME}  # a copy of runc, as the CRI plugin has it
+        converge(lab, state='absent')
+        assert read(lab.config) == original
+        return
     assert default == 'default' and runtimes['default']['Options']['SystemdCgroup'] == 'true'
     pid = lab.pid()
     # Setting default_runtime_name would have no effect: refused, naming the table and the way out.
@@ -170,6 +191,11 @@ def test_an_existing_nvidia_entry_is_taken_over_only_on_request_and_given_back(l
     lab = lab_containerd
     original = start_with(lab, STALE[version])
     runtimes, default = cri_runtimes(lab.log_tail(65536))
+    if CONTAINERD2 and version == 1:
+        # containerd 2.x drops a version 1 file's runtimes when it migrates the file: the CRI plugin has runc alone.
+        assert sorted(runtimes) == ['runc'] and 'containerd runtimes nvidia' in lab.log_tail(65536)
+        refused_as_version_1(lab, original, take_over=True)
+        return
     assert runtimes['nvidia']['Options']['BinaryName'] == OLD
     pid = lab.pid()
     with pytest.raises(GpufleetError, match='take_over: true') as caught:
@@ -182,9 +208,8 @@ def test_an_existing_nvidia_entry_is_taken_over_only_on_request_and_given_back(l
     runtimes, default = cri_runtimes(lab.log_tail(65536))
     assert runtimes['nvidia']['Options'] == {'BinaryName': RUNTIME, 'SystemdCgroup': 'true'}
     assert default == ('nvidia' if version == 2 else 'runc')
-    schema = cd.SCHEMAS[2]
     after = lab.dump()
-    assert without(after, schema.runtime('nvidia')) == without(before, schema.runtime('nvidia'))
+    assert without(after, RUNTIMES + ('nvidia',)) == without(before, RUNTIMES + ('nvidia',))
     assert OLD in read(lab.config).decode()  # kept, commented out
     again, _service = converge(lab, take_over=True)
     assert not again['changed'], again

@@ -116,7 +116,7 @@ def test_schema_follows_the_binary_and_the_file(version, file_version, schema):
 
 @pytest.mark.parametrize('version, file_version, words', [
     (V16, 3, 'ignores the io.containerd.cri.v1'), (V16, 99, 'reads config versions 1 and 2'),
-    (V2, None, 'has no "version" line'), (V2, 1, 'reads versions 2 and 3'),
+    (V2, None, 'has no "version" line'), (V2, 1, 'drops its CRI runtime tables'), (V2, 4, 'reads versions 2 and 3'),
     (None, 2, "cannot tell the installed containerd's version"),
     (V16, '2', 'not a number')])
 def test_schemas_containerd_would_misread_are_refused(version, file_version, words):
@@ -193,6 +193,20 @@ def test_containerd_error_quotes_the_cri_plugin():
                                            'io.containerd.runtime.v1.linux')
 
 
+def test_containerd_error_quotes_the_cri_plugin_of_containerd_2():
+    # What containerd 2.1.9 logs when the CRI runtime plugin refuses its configuration (measured).
+    cause = ('invalid plugin config: no corresponding runtime configured in `containerd.runtimes` for `containerd` '
+             '`default_runtime_name = \\"nvidia\\"')
+    log = ('time="x" level=info msg="loading plugin" id=io.containerd.cri.v1.runtime type=io.containerd.cri.v1\n'
+           'time="x" level=warning msg="failed to load plugin" error="%s" id=io.containerd.cri.v1.runtime '
+           'type=io.containerd.cri.v1\n'
+           'time="x" level=warning msg="failed to load plugin" error="unable to load CRI runtime service plugin '
+           'dependency: %s" id=io.containerd.grpc.v1.cri type=io.containerd.grpc.v1\n'
+           'time="x" level=error msg="failed to load cni during init" error="cni config load failed"\n') % (cause, cause)
+    assert apply.containerd_error(log) == ('CRI plugin: invalid plugin config: no corresponding runtime configured in '
+                                           '`containerd.runtimes` for `containerd` `default_runtime_name = "nvidia"')
+
+
 def test_decide():
     request = apply.Request()
     assert apply.decide(request, None, True, []) == 'deferred'
@@ -236,16 +250,36 @@ def test_the_template_is_the_default_then_runc_then_crun_and_only_runc_v2(defaul
 
 def test_the_template_is_copied_whole_but_binary_name_and_runtime_type():
     template = dict(runc(SystemdCgroup=True, NoPivotRoot=True, BinaryName='/usr/bin/crun'),
-                    privileged_without_host_devices=True, pod_annotations=['a/*'], sandboxer='podsandbox')
+                    privileged_without_host_devices=True, pod_annotations=['a/*'], sandboxer='shim')
     want = cd.desired_runtime(apply.Request(runtime_path=RUNTIME), template)
     assert want == {'runtime_type': 'io.containerd.runc.v2', 'privileged_without_host_devices': True,
-                    'pod_annotations': ['a/*'], 'sandboxer': 'podsandbox',
+                    'pod_annotations': ['a/*'], 'sandboxer': 'shim',
                     'options': {'SystemdCgroup': True, 'NoPivotRoot': True, 'BinaryName': RUNTIME}}
     text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  runtime_type = "x"\n'
     plan, _schema = planned(text, before=effective({'runc': template}))
     block = plan.text[len(text):]
     assert '  pod_annotations = ["a/*"]\n' in block and '    NoPivotRoot = true\n' in block
     assert cd.loads(plan.text, 'x')['plugins']['io.containerd.grpc.v1.cri']['containerd']['runtimes']['nvidia'] == want
+
+
+def test_the_sandboxer_the_cri_plugin_implies_is_not_copied_and_a_block_carrying_it_is_kept():
+    # containerd 2.x dumps runc with sandboxer = 'podsandbox'; a runtime without the key starts on podsandbox too.
+    template = dict(runc(SystemdCgroup=True), sandboxer='podsandbox')
+    want = cd.desired_runtime(apply.Request(runtime_path=RUNTIME), template)
+    assert 'sandboxer' not in want
+    text = 'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n  runtime_type = "x"\n'
+    dump = {'plugins': {'io.containerd.cri.v1.runtime': {'containerd': {'default_runtime_name': 'runc',
+                                                                        'runtimes': {'runc': template}}}}}
+    first, _schema = planned(text, before=dump, version=V2)
+    assert 'sandboxer' not in first.text
+    # A block an earlier release wrote with the implied value is up to date: no rewrite, no restart.
+    carrying = first.text.replace('  runtime_type = "io.containerd.runc.v2"\n',
+                                  '  runtime_type = "io.containerd.runc.v2"\n  sandboxer = "podsandbox"\n', 1)
+    assert carrying != first.text
+    cri = dump['plugins']['io.containerd.cri.v1.runtime']['containerd']
+    cri['runtimes']['nvidia'] = dict(want, sandboxer='podsandbox')
+    again, _schema = planned(carrying, before=dump, version=V2)
+    assert again.text == carrying and not again.changes
 
 
 def test_the_template_stays_the_default_this_module_replaced():
