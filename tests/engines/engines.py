@@ -17,8 +17,8 @@ namespace (``tests/privatedaemon.py``): dockerd, containerd, their shims, runc, 
   engines versions SUITE the versions of an engine's programs, as JSON
 
 Which engine a test run uses: ``GPUFLEET_ENGINE`` (``bookworm``, the default, ``trixie`` or ``forky``).
-trixie's versions are fixed (a stable release); forky's move, so each run records what it ran
-(``versions``) rather than pinning one.
+trixie's upstream versions are pinned (``PINNED``: a build that finds others fails, naming them); forky's
+move, so each run records what it ran (``versions``) rather than pinning one.
 """
 
 import fcntl
@@ -47,6 +47,9 @@ PROGRAMS = {
     "runc": ["/usr/sbin/runc", "--version"],
 }
 PACKAGE_OF = {"dockerd": "docker.io", "containerd": "containerd", "runc": "runc"}
+# The upstream versions a stable suite is pinned to (Debian's revision may move with a point release); a build that
+# finds others fails, naming them. forky (testing) moves on purpose: its versions are recorded, not pinned.
+PINNED = {"trixie": {"docker.io": "26.1.5", "containerd": "1.7.24", "runc": "1.1.15"}}
 
 
 class EngineError(Exception):
@@ -110,11 +113,19 @@ def setup(name, log=sys.stderr):
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
         if proc.returncode != 0:
             raise EngineError("debootstrap %s failed (rc %d); see %s" % (name, proc.returncode, build_log))
+        found_versions = package_versions(tmp)
+        moved = ["%s %s (pinned: %s)" % (package, found_versions.get(package), want)
+                 for package, want in sorted(PINNED.get(name, {}).items())
+                 if upstream(found_versions.get(package)) != want]
+        if moved:
+            raise EngineError("%s's packages moved: %s. Run the dockerd and containerd layers on them, then update "
+                              "PINNED in tests/engines/engines.py and the README's Engines tested table"
+                              % (name, ", ".join(moved)))
         final = os.path.join(CACHE, name, "root")
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
         with open(os.path.join(CACHE, name, "versions.json"), "w") as handle:
-            json.dump(package_versions(final), handle, indent=1, sort_keys=True)
+            json.dump(found_versions, handle, indent=1, sort_keys=True)
         with open(os.path.join(CACHE, name, "stamp"), "w") as handle:
             handle.write(stamp(name) + "\n")
         print("engines: %s built in %.0f s (%s)" % (name, time.monotonic() - started, describe(name)), file=log)
@@ -135,6 +146,15 @@ def versions(name=None):
     root(name)
     with open(os.path.join(CACHE, name, "versions.json")) as handle:
         return json.load(handle)
+
+
+def upstream(version):
+    """The upstream part of a Debian version: ``1:26.1.5+dfsg1-9+deb13u1`` -> ``26.1.5``."""
+    if not version:
+        return None
+    for mark in ("+", "~", "-"):
+        version = version.split(":", 1)[-1].split(mark, 1)[0]
+    return version
 
 
 def major(program, name=None):
