@@ -17,7 +17,7 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.nvidia.plugins.filter.drift import drift_report
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._drift import drift_report
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._host import write_atomic
 

@@ -730,12 +730,6 @@ def probe_text(text, path, directory, globs_from_file=False):
     return text[:entry.value_start] + '[%s]' % ', '.join(ts.string(item) for item in fixed) + text[entry.value_end:]
 
 
-def imported_cri(imports, main_path, schema):
-    """The imported files (``{path: values}``) that set the CRI table, which containerd 1.x takes whole."""
-    return sorted(path for path, values in imports.items()
-                  if path != main_path and get(values, schema.cri) is not None)
-
-
 def _normalise(values, schema, name):
     values = copy.deepcopy(values)
     values.pop('imports', None)

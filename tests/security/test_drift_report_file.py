@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from ansible_collections.gpufleet.nvidia.plugins.action.drift_report import write_report
-from ansible_collections.gpufleet.nvidia.plugins.filter.drift import drift_report
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._drift import drift_report
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
 
 from conftest import RACE_SECONDS

@@ -14,7 +14,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from ansible_collections.gpufleet.nvidia.plugins.filter.fleet_summary import fleet_summary
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._fleet_summary import fleet_summary
 
 from core_compat import DATA_TAGGING, trust_as_template
 

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.filter.drift import drift_report
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._drift import drift_report
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
 

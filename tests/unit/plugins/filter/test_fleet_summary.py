@@ -9,7 +9,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.filter.fleet_summary import fleet_summary
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._fleet_summary import fleet_summary
 
 NODE = {'state': {'converged': False, 'drifted': ['docker']},
         'persistenced': {'init_system': 'systemd', 'daemon': 'nvidia', 'pid': 42},

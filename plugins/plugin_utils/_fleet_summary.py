@@ -1,0 +1,100 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet summary of playbooks/site.yml, one line per host, from each host's gpu_node_result.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change at any time. Plain Python, tested with
+pytest; the filter plugin of the same name is a thin wrapper around it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
+    TEXT, Malformed, describe, expect, printable, toolkit_cell)
+
+OTHER_ENGINES = ('containerd', 'crio')
+
+
+def _text(mapping, key, what):
+    """The scalar ``mapping[key]`` for printing; ``n/a`` when missing or null."""
+    value = expect(mapping.get(key, u'n/a'), TEXT + (int,), '%s.%s' % (what, key), u'n/a')
+    return printable(value)
+
+
+def _mapping(mapping, key, what):
+    """``mapping[key]``, a mapping; empty when missing or null."""
+    return expect(mapping.get(key), dict, '%s.%s' % (what, key), {})
+
+
+def _texts(items, what):
+    return [printable(expect(item, TEXT, what + '[]')) for item in expect(items, list, what, [])]
+
+
+def _found(state):
+    if state is None:
+        return 'n/a'
+    state = expect(state, dict, 'state')
+    if expect(state.get('converged', False), bool, 'state.converged'):
+        return 'converged'
+    return 'drifted:' + ','.join(_texts(state.get('drifted'), 'state.drifted'))
+
+
+def _gpus(node):
+    gpus = expect(_mapping(node, 'gpu_persistence', 'gpu_node_result').get('gpus'), list, 'gpu_persistence.gpus', [])
+    gpus = [expect(gpu, dict, 'gpu_persistence.gpus[]') for gpu in gpus]
+    return ','.join('%s:%s' % (_text(gpu, 'index', 'gpus[]'), _text(gpu, 'after', 'gpus[]')) for gpu in gpus) or 'n/a'
+
+
+def _engine_words(engines):
+    """``ENGINE_runtimes=`` and ``ENGINE_action=`` for containerd and CRI-O, where the node has them."""
+    words = []
+    for name in OTHER_ENGINES:
+        if engines.get(name) is not None:
+            engine = _mapping(engines, name, 'engines')
+            runtimes = ','.join(sorted(_texts(engine.get('runtimes'), name + '.runtimes'))) or 'n/a'
+            words += ['%s_runtimes=%s' % (name, runtimes), '%s_action=%s' % (name, _text(engine, 'action', name))]
+    return words
+
+
+def node_line(node):
+    """The words after ``HOST ok`` for a healthy host whose gpu_node_result is ``node``."""
+    node = expect(node, dict, 'gpu_node_result')
+    persistenced = _mapping(node, 'persistenced', 'gpu_node_result')
+    runtime = _mapping(node, 'container_runtime', 'gpu_node_result')
+    pid = _text(persistenced, 'pid', 'persistenced') if persistenced.get('pid') else 'none'
+    docker_runtimes = sorted(printable(name) for name in _mapping(runtime, 'runtimes', 'container_runtime'))
+    words = [
+        'found=' + _found(node.get('state')),
+        'init=' + _text(persistenced, 'init_system', 'persistenced'),
+        'daemon=%s(pid %s)' % (_text(persistenced, 'daemon', 'persistenced'), pid),
+        'gpus=' + _gpus(node),
+        'docker_runtimes=' + (','.join(docker_runtimes) or 'n/a'),
+        'docker_action=' + _text(runtime, 'action', 'container_runtime'),
+        'nvidia_run=' + _text(_mapping(runtime, 'verification', 'container_runtime'), 'status', 'verification'),
+    ]
+    if node.get('container_toolkit') is not None:
+        toolkit = _mapping(node, 'container_toolkit', 'gpu_node_result')
+        converged = expect(toolkit.get('converged', False), bool, 'container_toolkit.converged')
+        words.append('toolkit=' + toolkit_cell(toolkit, converged, False))
+    return ' '.join(words + _engine_words(_mapping(runtime, 'engines', 'container_runtime')))
+
+
+def _line(host, result, error):
+    host = printable(host)
+    if error is not None:
+        message = printable(error) if isinstance(error, TEXT) else \
+            'failed, its message malformed (%s, not a string)' % describe(error)
+        return '%s %s' % (host, message)
+    if result is None:
+        return '%s unreachable' % host
+    try:
+        return '%s ok %s' % (host, node_line(result))
+    except Malformed as exc:
+        return '%s failed: its gpu_node_result was malformed (%s); nothing in it was used' % (host, exc)
+
+
+def fleet_summary(hosts, results, errors=None):
+    errors = errors or {}
+    return [_line(host, results.get(host), errors.get(host)) for host in hosts]
