@@ -111,7 +111,11 @@ options:
     type: bool
     default: true
   uvm_persistence_mode:
-    description: Pass C(--uvm-persistence-mode) (true) or C(--no-uvm-persistence-mode) (false); unset passes neither.
+    description:
+      - Pass C(--uvm-persistence-mode) (true) or C(--no-uvm-persistence-mode) (false); unset passes neither.
+      - NVIDIA's daemon has the option from its 550 series on (measured with Debian 13's 550.163.01); the 535 series
+        answers "unrecognized option" and exits 0 without running. The bundled daemon accepts the option and
+        does nothing with it (it has no UVM persistence, which matters only on confidential-computing hosts).
     type: bool
   verbose:
     description: Pass C(--verbose) (log every state change to syslog).

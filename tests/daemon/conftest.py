@@ -10,7 +10,7 @@ building ``harness.Host``).
 import pytest
 
 import harness
-from pytest_fakehost import host, make_host, require  # noqa: F401  (fixtures; harness put tests/driverkit on sys.path)
+from pytest_fakehost import host, make_host, nvidia, require  # noqa: F401  (fixtures; harness put tests/driverkit on sys.path)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -23,16 +23,16 @@ def host_class():
     return harness.Host
 
 
-@pytest.fixture(params=["nvidia", "ours"])
-def kind(request):
-    """Which daemon: NVIDIA's real 535 binary or files/gpufleet-persistenced."""
+@pytest.fixture(params=harness.DAEMON_NAMES)
+def name(request):
+    """Which daemon: NVIDIA's real binary (nvidia535, nvidia550) or files/gpufleet-persistenced (ours)."""
     return request.param
 
 
 @pytest.fixture
-def daemon(kind, host):
-    """The daemon ``kind`` running on a 2-GPU host, both GPUs enabled."""
-    daemon = harness.DAEMONS[kind](host)
+def daemon(name, host):
+    """The daemon ``name`` running on a 2-GPU host, both GPUs enabled."""
+    daemon = harness.make_daemon(name, host)
     daemon.start()
     return daemon
 

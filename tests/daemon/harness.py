@@ -3,9 +3,11 @@
 Shared by ``tests/daemon`` (pytest) and ``tests/benchmark/daemon_bench.py``;
 no pytest here. ``Host`` is a fake NVIDIA host (tests/driverkit's
 ``fakehost.layout`` in a short temp dir, with a syslog capture and a state
-file directory); ``NvidiaDaemon`` runs NVIDIA's real 535 ``nvidia-persistenced``
-on it, ``OurDaemon`` runs ``files/gpufleet-persistenced``; both fork, so they
-are tracked by the pid in their pid file and stopped by that pid.
+file directory); ``NvidiaDaemon`` runs NVIDIA's real ``nvidia-persistenced``
+on it (535 or 550: ``fakehost.NVIDIA_DAEMONS``), ``OurDaemon`` runs
+``files/gpufleet-persistenced``; all fork, so they are tracked by the pid in
+their pid file and stopped by that pid. ``make_daemon(name, host)`` builds one
+by the name the tests parametrize on (``DAEMON_NAMES``).
 """
 
 import os
@@ -152,12 +154,17 @@ class Daemon:
 
 
 class NvidiaDaemon(Daemon):
-    """NVIDIA's real nvidia-persistenced 535 on the fake driver (SIGPIPE ignored unless asked)."""
+    """NVIDIA's real nvidia-persistenced on the fake driver (SIGPIPE ignored unless asked);
+    ``nvidia`` is which one (a key of ``fakehost.NVIDIA_DAEMONS``)."""
 
     kind = "nvidia"
 
+    def __init__(self, host, nvidia="nvidia535"):
+        super().__init__(host)
+        self.nvidia = nvidia
+
     def argv(self, *options, keep_sigpipe=False):
-        return fakehost.persistenced_argv(self.host.dir, *options, keep_sigpipe=keep_sigpipe)
+        return fakehost.persistenced_argv(self.host.dir, *options, keep_sigpipe=keep_sigpipe, nvidia=self.nvidia)
 
     def held(self):
         return self.host.cfg_held()
@@ -208,6 +215,13 @@ class OurDaemon(Daemon):
 
 
 DAEMONS = {"nvidia": NvidiaDaemon, "ours": OurDaemon}
+# What the tests run: each of NVIDIA's daemons in the kit, and ours.
+DAEMON_NAMES = sorted(fakehost.NVIDIA_DAEMONS) + ["ours"]
+
+
+def make_daemon(name, host):
+    """The daemon ``name`` (one of DAEMON_NAMES) on ``host``, not started."""
+    return OurDaemon(host) if name == "ours" else NvidiaDaemon(host, nvidia=name)
 
 
 # ---- raw ONC RPC ------------------------------------------------------------------

@@ -393,14 +393,14 @@ def test_unknown_user_fails_to_start(host):
     assert not os.path.exists(host.tree.socket)
 
 
-def test_apply_saved_modes_restores_nvidia_daemon_after_restart(make_host):
+def test_apply_saved_modes_restores_nvidia_daemon_after_restart(make_host, nvidia):
     host = make_host(gpus=8)
     disabled = {1, 2, 5}
     state.update(host.state_file, lambda st: state.with_modes(st, dict(
         (host.uuid(i), ("0000%s" % bdf(i), "disabled" if i in disabled else "enabled"))
         for i in range(7)), default_mode="disabled"))  # GPU 7 has no entry: the default
     expected = set(bdf(i) for i in range(7) if i not in disabled)
-    nvidia = harness.NvidiaDaemon(host)
+    nvidia = harness.NvidiaDaemon(host, nvidia=nvidia)
     apply_argv = host.nsrun_argv([harness.SYSTEM_PYTHON, harness.OURS, "--apply-saved-modes",
                                   "--state-file", host.state_file, "--verbose"])
     for attempt in range(2):

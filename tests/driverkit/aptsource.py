@@ -19,6 +19,8 @@ archive keyring from the debian-archive-keyring package).
 CLI:
   aptsource.py mirrors                      print {"archive": URI, "security": URI|null}
   aptsource.py sources COMPONENT...         print a deb822 sources file for those components
+  aptsource.py sources --suite SUITE COMPONENT...   the same for another Debian suite on the
+                                            same mirrors (e.g. trixie on a bookworm machine)
 """
 
 import json
@@ -111,7 +113,11 @@ def deb822(found, suite, components):
 
 
 def main(argv):
-    if not argv or argv[0] not in ("mirrors", "sources") or (argv[0] == "sources" and len(argv) < 2):
+    suite = None
+    if argv[:1] == ["sources"] and argv[1:2] == ["--suite"]:
+        suite, argv = (argv[2] if len(argv) > 2 else ""), argv[:1] + argv[3:]
+    if (not argv or argv[0] not in ("mirrors", "sources") or suite == ""
+            or (argv[0] == "sources" and len(argv) < 2)):
         print(__doc__, file=sys.stderr)
         return 2
     try:
@@ -120,7 +126,7 @@ def main(argv):
             print(json.dumps(found))
         else:
             print("# Written by tests/driverkit/aptsource.py from this machine's apt configuration.")
-            print(deb822(found, codename(), argv[1:]), end="")
+            print(deb822(found, suite or codename(), argv[1:]), end="")
     except MirrorError as exc:
         print("aptsource: %s" % exc, file=sys.stderr)
         return 1

@@ -46,10 +46,12 @@ The public API, which tests/lab/ reuses for its hosts:
     ``ld_cache`` made it), with ``LD_LIBRARY_PATH`` starting with the tree's
     lib/ and the kit's stand-in preloaded (``STANDIN_LIB``). Needs root.
 
-``persistenced_argv(host_dir, *options, keep_sigpipe=False) -> list``
-    NVIDIA's nvidia-persistenced (Debian's 535 build, fetched by
-    tests/driverkit/setup) under the NUMA seccomp wrapper, with
+``persistenced_argv(host_dir, *options, keep_sigpipe=False, nvidia="nvidia535") -> list``
+    NVIDIA's nvidia-persistenced under the NUMA seccomp wrapper, with
     ``--nvidia-cfg-path`` pointing at the tree's lib/. Wrap it in nsrun_argv.
+    ``nvidia`` names one of ``NVIDIA_DAEMONS``, both fetched by
+    tests/driverkit/setup: ``nvidia535`` (Debian 12's 535.171.04 build) or
+    ``nvidia550`` (Debian 13's 550 build).
 
 ``SyslogCapture(host_dir)``: a /dev/log listener (thread) writing every
     message to ``<host_dir>/syslog.log``.
@@ -110,7 +112,21 @@ CACHE_DIR = os.environ.get("GPUFLEET_DRIVERKIT_CACHE",
                            os.path.join(REPO_DIR, ".cache", "driverkit"))
 BUILD_LIB_DIR = os.path.join(CACHE_DIR, "build", "lib")
 NUMA_SECCOMP = os.path.join(CACHE_DIR, "build", "bin", "numa-seccomp")
-NVIDIA_PERSISTENCED = os.path.join(CACHE_DIR, "root", "usr", "bin", "nvidia-persistenced")
+# NVIDIA's daemons the kit runs, by the name tests parametrize on: Debian 12 contrib's 535 build and
+# Debian 13 (trixie) contrib's 550 build, each unpacked into its own root by tests/driverkit/setup.
+NVIDIA_DAEMONS = {
+    "nvidia535": os.path.join(CACHE_DIR, "root", "usr", "bin", "nvidia-persistenced"),
+    "nvidia550": os.path.join(CACHE_DIR, "root550", "usr", "bin", "nvidia-persistenced"),
+}
+# Where they differ, measured on the kit (tests/driverkit/README.md, "535 and 550"):
+# socket_mode: Debian builds 535.216.01-2 and later bind the socket under umask 0002 (Debian bug
+#   1092449), so trixie's 550 socket is 0775 and only root, its user and group can connect;
+# needs_driver_sysfs: 535 fails to start without /sys/bus/pci/drivers/nvidia/ (its NUMA auto-online
+#   scan), 550 no longer looks; uvm_option: 550 knows --[no-]uvm-persistence-mode (535: unrecognized).
+NVIDIA_TRAITS = {
+    "nvidia535": {"major": 535, "socket_mode": 0o777, "needs_driver_sysfs": True, "uvm_option": False},
+    "nvidia550": {"major": 550, "socket_mode": 0o775, "needs_driver_sysfs": False, "uvm_option": True},
+}
 REAL_NVML_DIR = os.path.join(CACHE_DIR, "root", "usr", "lib", "x86_64-linux-gnu",
                              "nvidia", "current")
 
@@ -542,13 +558,16 @@ def nsrun(host_dir, argv, **popen_kwargs):
     return subprocess.run(nsrun_argv(host_dir, argv), **popen_kwargs)
 
 
-def persistenced_argv(host_dir, *options, keep_sigpipe=False):
-    """NVIDIA's nvidia-persistenced with the fake libnvidia-cfg of ``host_dir``."""
-    for path in (NUMA_SECCOMP, NVIDIA_PERSISTENCED):
+def persistenced_argv(host_dir, *options, keep_sigpipe=False, nvidia="nvidia535"):
+    """NVIDIA's nvidia-persistenced ``nvidia`` (a key of NVIDIA_DAEMONS) with the fake libnvidia-cfg
+    of ``host_dir``."""
+    if nvidia not in NVIDIA_DAEMONS:
+        raise KitError("no NVIDIA daemon %r in the kit (known: %s)" % (nvidia, ", ".join(sorted(NVIDIA_DAEMONS))))
+    for path in (NUMA_SECCOMP, NVIDIA_DAEMONS[nvidia]):
         if not os.access(path, os.X_OK):
             raise KitError("%s is missing: %s" % (path, SETUP_HINT))
     wrapper = [NUMA_SECCOMP] + (["--keep-sigpipe"] if keep_sigpipe else []) + ["--"]
-    return wrapper + [NVIDIA_PERSISTENCED, "--nvidia-cfg-path",
+    return wrapper + [NVIDIA_DAEMONS[nvidia], "--nvidia-cfg-path",
                       HostTree(host_dir).lib_dir] + list(options)
 
 
@@ -664,7 +683,7 @@ def missing_prerequisites(kit=True, nvidia_daemon=True, real_nvml=False, tools=(
     """What this machine lacks to run a suite on fake hosts, one line each (empty: ready).
 
     Root always. ``kit``: the built fake libraries and numa-seccomp;
-    ``nvidia_daemon``: NVIDIA's 535 binary; ``real_nvml``: Debian's libnvidia-ml;
+    ``nvidia_daemon``: NVIDIA's binaries (every one in NVIDIA_DAEMONS); ``real_nvml``: Debian's libnvidia-ml;
     ``tools``: programs on PATH (util-linux); ``system_python``: why the suite
     needs SYSTEM_PYTHON (None: it does not); ``python38_needed``: pyenv's 3.8;
     ``pynvml``: importable here; ``files``: more files that must exist;
@@ -676,7 +695,7 @@ def missing_prerequisites(kit=True, nvidia_daemon=True, real_nvml=False, tools=(
         missing.append("not root: the tests need root (private mount namespaces, other users' identities)")
     paths = ([os.path.join(BUILD_LIB_DIR, lib) for lib in FAKE_LIBS] + [STANDIN_LIB, NUMA_SECCOMP]) if kit else []
     if nvidia_daemon:
-        paths.append(NVIDIA_PERSISTENCED)
+        paths += [NVIDIA_DAEMONS[name] for name in sorted(NVIDIA_DAEMONS)]
     if real_nvml:
         paths.append(os.path.join(REAL_NVML_DIR, "libnvidia-ml.so.1"))
     missing += ["%s is missing (%s)" % (path, SETUP_HINT) for path in paths if not os.path.exists(path)]
@@ -729,6 +748,8 @@ def main(argv=None):
     p_nsrun.add_argument("cmd", nargs=argparse.REMAINDER)
     p_daemon = sub.add_parser("persistenced-argv",
                               help="print the argv that runs NVIDIA's daemon for a host")
+    p_daemon.add_argument("--nvidia", choices=sorted(NVIDIA_DAEMONS), default="nvidia535",
+                          help="which of NVIDIA's daemons (default: nvidia535)")
     p_daemon.add_argument("host_dir")
     p_daemon.add_argument("options", nargs=argparse.REMAINDER)
     p_syslog = sub.add_parser("syslogd", help="capture the host's /dev/log until killed")
@@ -754,7 +775,7 @@ def main(argv=None):
             os.execvp("unshare", nsrun_argv(args.host_dir, cmd))
         elif args.command == "persistenced-argv":
             opts = args.options[1:] if args.options[:1] == ["--"] else args.options
-            print(" ".join(persistenced_argv(args.host_dir, *opts)))
+            print(" ".join(persistenced_argv(args.host_dir, *opts, nvidia=args.nvidia)))
         elif args.command == "syslogd":
             capture = SyslogCapture(args.host_dir)
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -11,11 +11,16 @@ too. It gets:
     from a session-scoped autouse fixture.
 
 ``make_host`` / ``host``
-    ``make_host(gpus=2, description=None)`` builds a ``host_class`` (a
-    ``fakehost.TempHost``; a suite overrides the ``host_class`` fixture with
-    its subclass) and closes every host it built when the test ends: their
-    daemons are stopped by pid, their /tmp dirs removed, and the test fails
-    if a daemon had to be killed. ``host`` is one 2-GPU host.
+    ``make_host(gpus=2, description=None, **options)`` builds a ``host_class``
+    (a ``fakehost.TempHost``; a suite overrides the ``host_class`` fixture with
+    its subclass, which takes the ``options``) and closes every host it built
+    when the test ends: their daemons are stopped by pid, their /tmp dirs
+    removed, and the test fails if a daemon had to be killed. ``host`` is one
+    2-GPU host.
+
+``nvidia``
+    Which of NVIDIA's daemons (``fakehost.NVIDIA_DAEMONS``) a test runs: a
+    test that takes it runs once with each, ids ``nvidia535`` and ``nvidia550``.
 """
 
 import pytest
@@ -40,8 +45,8 @@ def host_class():
 def make_host(host_class):
     hosts = []
 
-    def make(gpus=2, description=None):
-        made = host_class(gpus=gpus, description=description)
+    def make(gpus=2, description=None, **options):
+        made = host_class(gpus=gpus, description=description, **options)
         hosts.append(made)
         return made
 
@@ -55,3 +60,8 @@ def make_host(host_class):
 @pytest.fixture
 def host(make_host):
     return make_host()
+
+
+@pytest.fixture(params=sorted(fakehost.NVIDIA_DAEMONS))
+def nvidia(request):
+    return request.param

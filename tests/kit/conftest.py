@@ -3,7 +3,9 @@
 Prerequisites are checked, never skipped: run ``tests/driverkit/setup`` first
 and run the tests as root (they create private mount namespaces). The shared
 fixtures (``make_host``, ``host``) come from tests/driverkit/pytest_fakehost.py;
-the host is ``kithost.FakeHost``.
+the host is ``kithost.FakeHost``. A test that runs NVIDIA's daemon takes
+``nvidia`` and builds its host with ``make_host(nvidia=nvidia)``, and so runs
+against each version in the kit (ids ``nvidia535``, ``nvidia550``).
 """
 
 import os
@@ -15,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import fakehost  # noqa: E402
 import kithost  # noqa: E402
-from pytest_fakehost import host, make_host, require  # noqa: E402,F401  (fixtures)
+from pytest_fakehost import host, make_host, nvidia, require  # noqa: E402,F401  (fixtures)
 
 
 @pytest.fixture(scope="session", autouse=True)

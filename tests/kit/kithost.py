@@ -17,12 +17,18 @@ PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvml_probe.py"
 
 
 class FakeHost(fakehost.TempHost):
-    """A laid-out fake host in a short temp dir, with a syslog capture."""
+    """A laid-out fake host in a short temp dir, with a syslog capture.
+
+    ``nvidia`` names the NVIDIA daemon ``start_daemon`` runs (a key of
+    ``fakehost.NVIDIA_DAEMONS``): a test that runs one takes the ``nvidia``
+    fixture, so it runs against every version the kit has.
+    """
 
     prefix = "gfk"
 
-    def __init__(self, gpus=2, description=None):
+    def __init__(self, gpus=2, description=None, nvidia=None):
         super().__init__(gpus, description)
+        self.nvidia = nvidia
         self.daemon_pids = []
 
     # -- the fake driver --------------------------------------------------
@@ -48,9 +54,19 @@ class FakeHost(fakehost.TempHost):
                         (line.split() for line in handle if line.strip()))
 
     # -- NVIDIA's daemon --------------------------------------------------
+    def daemon_argv(self, *options, keep_sigpipe=False):
+        """NVIDIA's daemon ``self.nvidia`` for this host (not yet in its namespace)."""
+        assert self.nvidia, ("this test runs NVIDIA's daemon: build its host with the `nvidia` fixture "
+                             "(make_host(nvidia=nvidia)) so it runs against every version")
+        return fakehost.persistenced_argv(self.dir, *options, keep_sigpipe=keep_sigpipe, nvidia=self.nvidia)
+
+    @property
+    def traits(self):
+        """How this host's NVIDIA daemon differs from the others (``fakehost.NVIDIA_TRAITS``)."""
+        return fakehost.NVIDIA_TRAITS[self.nvidia]
+
     def start_daemon(self, *options, keep_sigpipe=False, check=True):
-        argv = fakehost.nsrun_argv(self.dir, fakehost.persistenced_argv(
-            self.dir, *options, keep_sigpipe=keep_sigpipe))
+        argv = fakehost.nsrun_argv(self.dir, self.daemon_argv(*options, keep_sigpipe=keep_sigpipe))
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
         if check:
             assert proc.returncode == 0, (

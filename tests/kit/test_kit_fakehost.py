@@ -199,6 +199,12 @@ def test_persistenced_argv_uses_the_tree_and_the_wrapper(host):
     assert argv[argv.index("--nvidia-cfg-path") + 1] == host.tree.lib_dir
     assert argv[-2:] == ["--user", "nobody"]
     assert "--keep-sigpipe" in fakehost.persistenced_argv(host.dir, keep_sigpipe=True)
+    assert argv[argv.index("--") + 1] == fakehost.NVIDIA_DAEMONS["nvidia535"]  # the default
+    for name, binary in fakehost.NVIDIA_DAEMONS.items():
+        assert fakehost.persistenced_argv(host.dir, nvidia=name)[2] == binary
+    assert fakehost.NVIDIA_DAEMONS["nvidia550"].endswith("/root550/usr/bin/nvidia-persistenced")
+    with pytest.raises(fakehost.KitError, match="no NVIDIA daemon 'nvidia470'"):
+        fakehost.persistenced_argv(host.dir, nvidia="nvidia470")
 
 
 def test_syslog_capture_receives_datagrams(host):

@@ -1,4 +1,5 @@
-"""NVIDIA's nvidia-persistenced (Debian 535) on the fake driver, driven over RPC."""
+"""NVIDIA's nvidia-persistenced on the fake driver, driven over RPC: every test runs against each
+version the kit has (Debian 12's 535, Debian 13's 550; ids nvidia535, nvidia550)."""
 
 import os
 import shutil
@@ -19,6 +20,12 @@ from fakehost import wait_gone
 GPU0, GPU1 = "0000:01:00.0", "0000:02:00.0"
 
 
+@pytest.fixture
+def host(make_host, nvidia):
+    """Every test here runs once with each of NVIDIA's daemons."""
+    return make_host(nvidia=nvidia)
+
+
 def client(host, **kwargs):
     return rpc.PersistencedClient(host.tree.socket, **kwargs)
 
@@ -33,12 +40,25 @@ def test_start_creates_run_dir_pid_socket_and_opens_every_gpu(host):
         assert b"nvidia-persistenced" in handle.read()
     sock = os.stat(host.tree.socket)
     assert stat.S_ISSOCK(sock.st_mode)
-    assert stat.S_IMODE(sock.st_mode) == 0o777
+    assert stat.S_IMODE(sock.st_mode) == host.traits["socket_mode"]  # 535: 0777; Debian 13's 550: 0775
     assert host.held() == {GPU0, GPU1}
     host.wait_log("Started (%d)" % pid)
     with client(host) as c:
         c.null()
         assert c.get_persistence_mode(GPU0) == rpc.MODE_ENABLED
+
+
+def test_version_and_help(host):
+    argv = host.daemon_argv()
+    daemon = argv[argv.index("--") + 1]
+    version = subprocess.run([daemon, "--version"], capture_output=True, text=True, check=True).stdout
+    assert "nvidia-persistenced:  version %d." % host.traits["major"] in version
+    usage = subprocess.run([daemon, "--help"], capture_output=True, text=True, check=True).stdout
+    for option in ("--verbose", "--user", "--group", "--persistence-mode, --no-persistence-mode",
+                   "--nvidia-cfg-path"):
+        assert option in usage
+    assert ("--uvm-persistence-mode, --no-uvm-persistence-mode" in usage) == host.traits["uvm_option"]
+    assert "--foreground" not in usage
 
 
 def test_v1_and_v2_set_change_what_the_driver_holds(host):
@@ -155,7 +175,7 @@ def test_user_drops_privileges(host):
     with open(host.tree.cfg_log) as handle:  # it drops privileges before opening GPUs
         assert all(line.endswith("euid=65534") for line in handle.read().splitlines())
     with client(host) as c:
-        c.set_persistence_mode(GPU0, 0)  # 535 does not check the caller
+        c.set_persistence_mode(GPU0, 0)  # neither 535 nor 550 checks the caller (555+ do)
         assert c.get_persistence_mode(GPU0) == 0
     host.stop_daemon()
     assert host.held() == set()
@@ -232,11 +252,54 @@ def test_unknown_option_exits_0(host):
     assert not os.path.exists(host.tree.socket)
 
 
-def test_missing_driver_dir_fails_to_start(host):
+def test_uvm_persistence_options(host):
+    """550 knows --[no-]uvm-persistence-mode; 535 takes them for unknown options (exit 0, no daemon)."""
+    if not host.traits["uvm_option"]:
+        for option in ("--uvm-persistence-mode", "--no-uvm-persistence-mode"):
+            proc = host.start_daemon(option, check=False)
+            assert proc.returncode == 0 and 'unrecognized option: "%s"' % option in proc.stderr
+            assert not os.path.exists(host.tree.socket)
+        return
+    host.start_daemon("--no-uvm-persistence-mode")
+    assert host.held() == {GPU0, GPU1}
+    host.stop_daemon()
+    # --uvm-persistence-mode makes 550 load two more libnvidia-cfg calls, which the kit's fake lacks
+    proc = host.start_daemon("--uvm-persistence-mode", check=False)
+    assert proc.returncode == 1 and "failed to initialize" in proc.stderr
+    host.wait_log("Failed to load symbol nvCfgEnableUVMPersistence from libnvidia-cfg.so.1")
+    host.wait_log("Failed to load symbol nvCfgDisableUVMPersistence from libnvidia-cfg.so.1")
+    assert not os.path.exists(host.tree.socket)
+
+
+def test_missing_driver_sysfs_dir(host):
+    """535 scans /sys/bus/pci/drivers/nvidia/ at start (NUMA auto-online) and fails without it; 550 does not."""
     shutil.rmtree(host.tree.path("/sys/bus/pci/drivers/nvidia"))
     proc = host.start_daemon(check=False)
-    assert proc.returncode == 1
-    assert "failed to initialize" in proc.stdout + proc.stderr
+    if host.traits["needs_driver_sysfs"]:
+        assert proc.returncode == 1
+        assert "failed to initialize" in proc.stdout + proc.stderr
+        host.wait_log("NUMA: Failed to open /sys/bus/pci/drivers/nvidia/")
+        assert host.held() == set()
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert host.held() == {GPU0, GPU1}
+        with client(host) as c:
+            assert c.get_persistence_mode(GPU0) == 1
+
+
+@pytest.mark.parametrize("gpus, error, logged", [
+    (2, "fail", "Failed to query NVIDIA devices. Please ensure that the NVIDIA device files (/dev/nvidia*) "
+                "exist, and that user 0 has read and write permissions for those files."),
+    (0, None, "Unable to find any NVIDIA devices"),
+], ids=["enumeration-fails", "no-gpus"])
+def test_no_device_from_the_driver_fails_to_start(make_host, nvidia, gpus, error, logged):
+    host = make_host(gpus=gpus, nvidia=nvidia)
+    if error:
+        host.inject("cfg_enumerate", error)
+    proc = host.start_daemon(check=False)
+    assert proc.returncode == 1 and "failed to initialize" in proc.stderr
+    host.wait_log(logged)
+    assert not os.path.exists(host.tree.socket)
 
 
 def test_cfg_open_failure_at_start_is_tolerated_per_gpu(host):
@@ -266,7 +329,7 @@ def test_early_disconnect_is_survived_with_sigpipe_ignored(host):
         assert c.get_persistence_mode(GPU0) == 1
 
 
-def test_early_disconnect_kills_535_with_default_sigpipe(host):
+def test_early_disconnect_kills_it_with_default_sigpipe(host):
     host.start_daemon(keep_sigpipe=True)
     pid = host.daemon_pid()
     for _ in range(2000):
@@ -276,7 +339,7 @@ def test_early_disconnect_kills_535_with_default_sigpipe(host):
             break
         if not os.path.exists("/proc/%d" % pid):
             break
-    assert wait_gone(pid), "535 survived 2000 early disconnects"
+    assert wait_gone(pid), "%s survived 2000 early disconnects" % host.nvidia
     host.daemon_pids.remove(pid)
 
 
@@ -350,17 +413,30 @@ NOBODY_CLIENT = r"""
 import sys
 sys.path.insert(0, sys.argv[2])
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
-with rpc.PersistencedClient(sys.argv[1]) as c:
-    c.set_persistence_mode("0000:01:00.0", 0)
-    print(c.get_persistence_mode("0000:01:00.0"))
+try:
+    with rpc.PersistencedClient(sys.argv[1]) as c:
+        c.set_persistence_mode("0000:01:00.0", 0)
+        print(c.get_persistence_mode("0000:01:00.0"))
+except rpc.PersistencedUnavailableError as exc:
+    print(exc)
 """
 
 
-def test_535_lets_any_user_set_over_rpc(host):
-    """535 does not check SO_PEERCRED (555+ allow only root to set)."""
-    host.start_daemon()
-    out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                          "/usr/bin/python3", "-c", NOBODY_CLIENT, host.tree.socket, fakehost.COLLECTIONS_DIR],
-                         capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "0"
-    assert host.held() == {GPU1}
+def nobody_sets_gpu0(host):
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           "/usr/bin/python3", "-c", NOBODY_CLIENT, host.tree.socket, fakehost.COLLECTIONS_DIR],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_any_user_who_can_connect_may_set(host, user):
+    """Neither checks SO_PEERCRED (555+ allow only root to set); the socket's mode decides who connects:
+    everyone to 535's 0777, only root and the daemon's user or group to Debian 13's 0775 550 one."""
+    host.start_daemon(*(["--user", user] if user != "root" else []))
+    assert stat.S_IMODE(os.stat(host.tree.socket).st_mode) == host.traits["socket_mode"]
+    if host.traits["socket_mode"] & 0o002 or user == "nobody":
+        assert nobody_sets_gpu0(host) == "0"
+        assert host.held() == {GPU1}
+    else:
+        assert nobody_sets_gpu0(host).endswith("failed: permission denied opening the socket")
+        assert host.held() == {GPU0, GPU1}

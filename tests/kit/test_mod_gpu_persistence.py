@@ -1,5 +1,5 @@
-"""gpu_info and gpu_persistence on fake GPU hosts, against NVIDIA's real daemon,
-the bundled daemon, the fake NVML (no daemon) and Debian's real libnvidia-ml1.
+"""gpu_info and gpu_persistence on fake GPU hosts, against NVIDIA's real daemons
+(535 and 550), the bundled daemon, the fake NVML (no daemon) and Debian's real libnvidia-ml1.
 
 The modules run as programs inside the host's mount namespace (what AnsiballZ
 does on a managed host), with the arguments Ansible would pass.
@@ -59,10 +59,10 @@ EXPECTED = {0: "disabled", 1: "enabled", 2: "disabled", 3: "enabled",
             4: "disabled", 5: "enabled", 6: "disabled", 7: "enabled"}
 
 
-def held(host, daemon):
+def held(host):
     """Bus ids whose GPU the daemon holds open: the fake libnvidia-cfg's log for NVIDIA's
     daemon, the /dev/nvidiaN descriptors it holds for the bundled one."""
-    if daemon == "nvidia":
+    if host.nvidia:
         return host.held()
     pid = host.daemon_pid()
     minors = set()
@@ -89,18 +89,18 @@ def apply_saved(host):
     return proc.stderr
 
 
-@pytest.mark.parametrize("daemon", ["nvidia", "bundled"])
+@pytest.mark.parametrize("daemon", sorted(fakehost.NVIDIA_DAEMONS) + ["bundled"])
 def test_mixed_modes_on_8_gpus_survive_a_daemon_restart(make_host, daemon):
-    host = make_host(gpus=8)
+    host = make_host(gpus=8, nvidia=daemon if daemon in fakehost.NVIDIA_DAEMONS else None)
     os.makedirs(os.path.join(host.dir, "run", "gpufleet"))
-    if daemon == "nvidia":
+    if host.nvidia:
         host.start_daemon()
     else:
         start_bundled(host)
 
     rc, info = run_module(host, "gpu_info")
     assert rc == 0, info
-    assert info["daemon"]["kind"] == daemon and info["daemon"]["answers"] is True
+    assert info["daemon"]["kind"] == ("nvidia" if host.nvidia else "bundled") and info["daemon"]["answers"] is True
     assert info["backend"] == "rpc" and info["count"] == 8
     assert info["driver_version"] == "535.171.04"
     assert set(modes(info).values()) == {"enabled"}
@@ -109,7 +109,7 @@ def test_mixed_modes_on_8_gpus_survive_a_daemon_restart(make_host, daemon):
     rc, result = run_module(host, "gpu_persistence", check_mode=True, diff=True, modes=MIXED, state_file=STATE)
     assert rc == 0 and result["changed"] is True, result
     assert [g["after"] for g in result["gpus"]] == [EXPECTED[i] for i in range(8)]
-    assert len(held(host, daemon)) == 8
+    assert len(held(host)) == 8
     assert not os.path.exists(os.path.join(host.dir, "run", "gpufleet", "persistence.json"))
     assert "GPU 2 (GPU-0000a102-1111-2222-3333-000000000002, 00000000:03:00.0): disabled" in result["diff"][0]["after"]
 
@@ -118,7 +118,7 @@ def test_mixed_modes_on_8_gpus_survive_a_daemon_restart(make_host, daemon):
     assert rc == 0 and result["changed"] is True, result
     assert sum(g["changed"] for g in result["gpus"]) == 4
     assert modes(run_module(host, "gpu_info")[1]) == EXPECTED
-    assert held(host, daemon) == set("0000:%02x:00.0" % (i + 1) for i, m in EXPECTED.items() if m == "enabled")
+    assert held(host) == set("0000:%02x:00.0" % (i + 1) for i, m in EXPECTED.items() if m == "enabled")
     saved = state_file(host)
     assert saved["gpus"]["GPU-0000a100-1111-2222-3333-000000000000"] == {"mode": "disabled",
                                                                          "pci_bus_id": "00000000:01:00.0"}
@@ -131,17 +131,17 @@ def test_mixed_modes_on_8_gpus_survive_a_daemon_restart(make_host, daemon):
     # restart the daemon: each GPU comes back to its own mode, not the global default
     pid = host.stop_daemon()
     assert wait_gone(pid)
-    if daemon == "nvidia":
+    if host.nvidia:
         host.start_daemon()
-        assert len(held(host, daemon)) == 8  # NVIDIA's daemon resets every GPU to its default...
+        assert len(held(host)) == 8  # NVIDIA's daemon resets every GPU to its default...
         apply_saved(host)             # ...and the service's post-start step restores them
     else:
         start_bundled(host)
     assert modes(run_module(host, "gpu_info")[1]) == EXPECTED
 
 
-def test_all_gpus_records_the_default_for_cards_added_later(make_host):
-    host = make_host(gpus=2)
+def test_all_gpus_records_the_default_for_cards_added_later(make_host, nvidia):
+    host = make_host(gpus=2, nvidia=nvidia)
     host.start_daemon()
     rc, result = run_module(host, "gpu_persistence", gpus=["all"], mode="disabled", state_file=STATE)
     assert rc == 0 and result["changed"] is True
@@ -149,8 +149,8 @@ def test_all_gpus_records_the_default_for_cards_added_later(make_host):
     assert host.held() == set()
 
 
-def test_unknown_selector_fails_listing_the_gpus_and_changes_nothing(make_host):
-    host = make_host(gpus=2)
+def test_unknown_selector_fails_listing_the_gpus_and_changes_nothing(make_host, nvidia):
+    host = make_host(gpus=2, nvidia=nvidia)
     host.start_daemon()
     rc, result = run_module(host, "gpu_persistence", gpus=[0, "GPU-nope"], mode="disabled", state_file=STATE)
     assert rc == 1 and result["failed"] is True
@@ -160,8 +160,8 @@ def test_unknown_selector_fails_listing_the_gpus_and_changes_nothing(make_host):
     assert not os.path.exists(os.path.join(host.dir, "run", "gpufleet"))
 
 
-def test_daemon_failure_mid_run_rolls_back_and_leaves_state_file(make_host):
-    host = make_host(gpus=3)
+def test_daemon_failure_mid_run_rolls_back_and_leaves_state_file(make_host, nvidia):
+    host = make_host(gpus=3, nvidia=nvidia)
     host.start_daemon()
     host.inject("cfg_open", "unknown", gpu=2)  # the driver refuses to open GPU 2
     run_module(host, "gpu_persistence", gpus=[2], mode="disabled", state_file=STATE)  # release it first

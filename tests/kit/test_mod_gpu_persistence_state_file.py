@@ -71,8 +71,8 @@ BAD = [
 
 
 @pytest.mark.parametrize("name,data,words", BAD, ids=[b[0] for b in BAD])
-def test_a_bad_state_file_fails_naming_it(make_host, name, data, words):
-    host = make_host(gpus=2)
+def test_a_bad_state_file_fails_naming_it(make_host, nvidia, name, data, words):
+    host = make_host(gpus=2, nvidia=nvidia)
     host.start_daemon()
     write_state(host, data)
     rc, result, _ = run_in_host(host, "", dict(gpus=[0], mode="disabled", state_file=STATE))
@@ -83,8 +83,8 @@ def test_a_bad_state_file_fails_naming_it(make_host, name, data, words):
         assert handle.read() == data
 
 
-def test_a_fifo_at_the_state_file_fails_at_once(make_host):
-    host = make_host(gpus=1)
+def test_a_fifo_at_the_state_file_fails_at_once(make_host, nvidia):
+    host = make_host(gpus=1, nvidia=nvidia)
     host.start_daemon()
     os.makedirs(host_path(host, STATE_DIR))
     os.mkfifo(host_path(host, STATE))
@@ -103,8 +103,8 @@ FAILURES = {
 
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))
-def test_a_failing_write_names_the_file_and_leaves_it_intact(make_host, failure):
-    host = make_host(gpus=2)
+def test_a_failing_write_names_the_file_and_leaves_it_intact(make_host, nvidia, failure):
+    host = make_host(gpus=2, nvidia=nvidia)
     host.start_daemon()
     write_state(host, GOOD.encode())
     setup, words = FAILURES[failure]

@@ -1,6 +1,6 @@
 """Maintenance on a SysV fake host (persistenced state=stopped, then present): the init script the module
 writes stops the daemon, after which nothing holds the GPUs, and starts it again, after which every GPU
-is back at the mode gpu_persistence recorded for it; NVIDIA's real daemon and the bundled one.
+is back at the mode gpu_persistence recorded for it; NVIDIA's real daemons (535, 550) and the bundled one.
 
 The module's own stopped run (plan, verify, report) is in the unit tests and on the lab's four init
 systems (molecule/persistenced); here the daemons and the script are real.
@@ -12,7 +12,7 @@ import pytest
 
 from fakehost import wait_gone
 from test_mod_gpu_persistence import STATE, run_module
-from test_mod_persistenced_sysv import install_script, modes, pid_of, service
+from test_mod_persistenced_sysv import DAEMONS, daemon_host, install_script, modes, pid_of, service
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
@@ -55,19 +55,19 @@ def device_files_held_by(pid):
     return []
 
 
-def assert_gpus_held_as_recorded(host, kind, pid):
+def assert_gpus_held_as_recorded(host, pid):
     """NVIDIA's daemon holds a GPU through libnvidia-cfg (the fake logs each open and close), the bundled
     one through its /dev/nvidiaN descriptor: either way exactly the enabled GPUs."""
     assert modes(host, 4) == EXPECTED
-    assert host.held() == (ENABLED_BUS_IDS if kind == "driver" else set())
+    assert host.held() == (ENABLED_BUS_IDS if host.nvidia else set())
     assert device_files_held_by(pid) == ["/dev/nvidia0", "/dev/nvidia3"]
     assert holders_of_host_devices(host) == {pid: ["nvidia0", "nvidia3"]}
 
 
-@pytest.mark.parametrize("kind", ["driver", "bundled"])
-def test_stop_releases_every_gpu_and_start_brings_back_each_recorded_mode(make_host, kind):
-    host = make_host(gpus=4)
-    script = install_script(host, kind)
+@pytest.mark.parametrize("daemon", DAEMONS)
+def test_stop_releases_every_gpu_and_start_brings_back_each_recorded_mode(make_host, daemon):
+    host = daemon_host(make_host, daemon, gpus=4)
+    script = install_script(host)
     os.makedirs(os.path.join(host.dir, "run", "gpufleet"))
     rc, out = service(host, script, "start")
     assert rc == 0, out
@@ -76,7 +76,7 @@ def test_stop_releases_every_gpu_and_start_brings_back_each_recorded_mode(make_h
 
     rc, result = run_module(host, "gpu_persistence", modes=RECORDED, state_file=STATE)
     assert rc == 0 and result["changed"] is True, result
-    assert_gpus_held_as_recorded(host, kind, pid)
+    assert_gpus_held_as_recorded(host, pid)
     state_path = os.path.join(host.dir, "run", "gpufleet", "persistence.json")
     with open(state_path, "rb") as handle:
         recorded = handle.read()
@@ -99,4 +99,4 @@ def test_stop_releases_every_gpu_and_start_brings_back_each_recorded_mode(make_h
     new_pid = pid_of(host)
     host.daemon_pids.append(new_pid)
     assert new_pid != pid
-    assert_gpus_held_as_recorded(host, kind, new_pid)
+    assert_gpus_held_as_recorded(host, new_pid)

@@ -1,5 +1,5 @@
 """The SysV init script that gpufleet.nvidia.persistenced writes, run for real by dash
-in fake GPU hosts, driving NVIDIA's real nvidia-persistenced and the bundled daemon.
+in fake GPU hosts, driving NVIDIA's real nvidia-persistenced (535 and 550) and the bundled daemon.
 
 LSB exit codes: start/stop/restart 0 on success (also when already in that
 state), status 0 running / 1 dead with a pid file / 3 stopped, 2 for a bad action.
@@ -30,8 +30,19 @@ def write_exec(path, text):
     os.chmod(path, 0o755)
 
 
-def install_script(host, kind):
-    """Render the script as the module would, with the daemon paths of this fake host."""
+# What the script runs: each of NVIDIA's daemons in the kit (the module's "driver" kind), the bundled one.
+DAEMONS = sorted(fakehost.NVIDIA_DAEMONS) + ["bundled"]
+
+
+def daemon_host(make_host, daemon, gpus):
+    """A host whose script runs ``daemon`` (one of DAEMONS)."""
+    return make_host(gpus=gpus, nvidia=None if daemon == "bundled" else daemon)
+
+
+def install_script(host):
+    """Render the script as the module would, with the daemon paths of this fake host: NVIDIA's
+    daemon ``host.nvidia``, or the bundled one on a host without one."""
+    kind = "driver" if host.nvidia else "bundled"
     bin_dir = os.path.join(host.dir, "bin")
     os.makedirs(bin_dir, exist_ok=True)
     bundled = os.path.join(bin_dir, "gpufleet-persistenced")
@@ -39,7 +50,7 @@ def install_script(host, kind):
     write_exec(bundled, "#!/bin/sh\nexec /usr/bin/python3 %s \"$@\"\n" % script)
     if kind == "driver":
         daemon = os.path.join(bin_dir, "nvidia-persistenced")
-        write_exec(daemon, "#!/bin/sh\nexec %s \"$@\"\n" % " ".join(fakehost.persistenced_argv(host.dir)))
+        write_exec(daemon, "#!/bin/sh\nexec %s \"$@\"\n" % " ".join(host.daemon_argv()))
     else:
         daemon = bundled
     params = dict(service_name="nvidia-persistenced", user="nobody", group="nogroup", persistence_mode=True,
@@ -79,10 +90,10 @@ def modes(host, count):
         return [client.get_persistence_mode("0000:%02x:00.0" % (i + 1)) for i in range(count)]
 
 
-@pytest.mark.parametrize("kind", ["driver", "bundled"])
-def test_lsb_life_cycle(make_host, kind):
-    host = make_host(gpus=4)
-    script = install_script(host, kind)
+@pytest.mark.parametrize("daemon", DAEMONS)
+def test_lsb_life_cycle(make_host, daemon):
+    host = daemon_host(make_host, daemon, gpus=4)
+    script = install_script(host)
     os.makedirs(os.path.join(host.dir, "run", "gpufleet"))
     with open(os.path.join(host.dir, "run", "gpufleet", "persistence.json"), "w") as handle:
         json.dump({"format_version": 1, "default_mode": None, "gpus": {
@@ -121,7 +132,7 @@ def test_lsb_life_cycle(make_host, kind):
     assert modes(host, 4) == [1, 0, 1, 0]
 
     rc, out = service(host, script, "reload")
-    assert rc == (0 if kind == "bundled" else 3), out
+    assert rc == (3 if host.nvidia else 0), out
 
     rc, out = service(host, script, "stop")
     assert rc == 0, out
@@ -133,7 +144,7 @@ def test_lsb_life_cycle(make_host, kind):
 
 def test_status_with_a_stale_pid_file_is_1(make_host):
     host = make_host(gpus=1)
-    script = install_script(host, "bundled")
+    script = install_script(host)
     os.makedirs(host.tree.run_dir)
     with open(host.tree.pid_file, "w") as handle:
         handle.write("999999\n")
@@ -146,7 +157,7 @@ def test_status_with_a_stale_pid_file_is_1(make_host):
 
 def test_missing_daemon_is_lsb_5(make_host):
     host = make_host(gpus=1)
-    script = install_script(host, "bundled")
+    script = install_script(host)
     os.unlink(os.path.join(host.dir, "bin", "gpufleet-persistenced"))
     rc, out = service(host, script, "start")
     assert rc == 5 and "is not installed" in out
@@ -154,7 +165,7 @@ def test_missing_daemon_is_lsb_5(make_host):
 
 def test_failed_start_is_reported(make_host):
     host = make_host(gpus=1)
-    script = install_script(host, "bundled")
+    script = install_script(host)
     import shutil
     shutil.rmtree(os.path.join(host.dir, "proc", "driver", "nvidia", "gpus"))
     rc, out = service(host, script, "start")
@@ -173,11 +184,11 @@ def as_nobody_in_host(host, shell):
     return proc.stdout
 
 
-def started_then_killed(host, kind):
+def started_then_killed(host):
     """Install the script, start the daemon through it, then let the service user kill
     it (SIGKILL: no cleanup), as it always can; the run directory stays the user's.
     The supervisor goes first (SIGKILL too), so that the script's own start comes next."""
-    script = install_script(host, kind)
+    script = install_script(host)
     rc, out = service(host, script, "start")
     assert rc == 0, out
     supervisor = supervisor_pid(host)
@@ -191,13 +202,13 @@ def started_then_killed(host, kind):
     return script
 
 
-@pytest.mark.parametrize("kind", ["driver", "bundled"])
-def test_a_pid_file_link_left_by_the_service_user_is_not_followed_at_the_next_start(make_host, kind):
-    host = make_host(gpus=1)
+@pytest.mark.parametrize("daemon", DAEMONS)
+def test_a_pid_file_link_left_by_the_service_user_is_not_followed_at_the_next_start(make_host, daemon):
+    host = daemon_host(make_host, daemon, gpus=1)
     vault = os.path.join(host.dir, "vault")
     os.mkdir(vault, 0o711)  # root's: nobody can name a path in it, not create one
     victim = os.path.join(vault, "created-by-root")
-    script = started_then_killed(host, kind)
+    script = started_then_killed(host)
     as_nobody_in_host(host, "rm -f /run/nvidia-persistenced/nvidia-persistenced.pid && "
                             "ln -s %s /run/nvidia-persistenced/nvidia-persistenced.pid" % victim)
     rc, out = service(host, script, "start")
@@ -210,7 +221,7 @@ def test_a_pid_file_link_left_by_the_service_user_is_not_followed_at_the_next_st
 
 def test_a_fifo_at_the_pid_file_does_not_hang_the_script(make_host):
     host = make_host(gpus=1)
-    script = started_then_killed(host, "bundled")
+    script = started_then_killed(host)
     as_nobody_in_host(host, "rm -f /run/nvidia-persistenced/nvidia-persistenced.pid && "
                             "mkfifo /run/nvidia-persistenced/nvidia-persistenced.pid")
     try:
@@ -222,7 +233,7 @@ def test_a_fifo_at_the_pid_file_does_not_hang_the_script(make_host):
 
 def test_a_forged_pid_file_cannot_make_root_signal_another_process(make_host):
     host = make_host(gpus=1)
-    script = started_then_killed(host, "bundled")
+    script = started_then_killed(host)
     # a root process whose name says "persistenced" (an admin's editor on the script, say)
     decoy = subprocess.Popen(["bash", "-c", "exec -a /usr/bin/nvidia-persistenced sleep 120"])
     try:
@@ -296,10 +307,10 @@ def still_running(processes):
     return left
 
 
-@pytest.mark.parametrize("kind", ["driver", "bundled"])
-def test_a_killed_daemon_comes_back_with_its_modes_and_stop_leaves_nothing(make_host, kind):
-    host = make_host(gpus=4)
-    script = install_script(host, kind)
+@pytest.mark.parametrize("daemon", DAEMONS)
+def test_a_killed_daemon_comes_back_with_its_modes_and_stop_leaves_nothing(make_host, daemon):
+    host = daemon_host(make_host, daemon, gpus=4)
+    script = install_script(host)
     write_saved_modes(host)
     rc, out = service(host, script, "start")
     assert rc == 0, out
@@ -336,7 +347,7 @@ def test_a_killed_daemon_comes_back_with_its_modes_and_stop_leaves_nothing(make_
 def test_restarts_stop_at_the_limit(make_host):
     """A daemon that dies and cannot start again is tried 5 times (2 s apart), then left down."""
     host = make_host(gpus=1)
-    script = install_script(host, "bundled")
+    script = install_script(host)
     rc, out = service(host, script, "start")
     assert rc == 0, out
     supervisor, pid = supervisor_pid(host), pid_of(host)
