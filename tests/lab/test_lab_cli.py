@@ -132,3 +132,28 @@ def test_a_host_that_ran_out_of_inotify_instances_is_explained(lab, tmp_path):
     console.write_text("Failed to mount /proc: Permission denied\n")
     assert lab.boot_hint(console) == ""
     assert lab.boot_hint(tmp_path / "missing.log") == ""
+
+
+def test_trixie_hosts_are_systemd_hosts_of_their_own_rootfs_always_on_cgroup_v2(lab, tmp_path):
+    """A Debian 13 host: the systemd init system, its own cached rootfs and stamp, the 550 driver of its
+    NVIDIA daemon, and cgroup v2 whatever --cgroup says."""
+    assert lab.KIND_SPECS["trixie"][:2] == ("systemd", "systemd")
+    assert lab.kind_root("trixie") == lab.ROOTFS / "trixie" and lab.kind_root("systemd") == lab.BASE
+    assert lab.suites_of(["systemd", "sysvinit"]) == [] and lab.suites_of(None) == ["trixie"]
+    assert lab.trixie_hash() != lab.base_hash() and "docker-cli" in lab.TRIXIE_PACKAGES
+    assert lab.gpu_description("h5", "2", "s", "trixie")["driver_version"] == "550.163.01"
+    assert lab.gpu_description("h5", "2", "s")["driver_version"] == lab.DRIVER_VERSION
+    v1, v2 = (type("Args", (), {"cgroup": c})() for c in ("v1", "v2"))
+    assert [lab.cgroup_of("trixie", a) for a in (v1, v2)] == ["v2", "v2"]
+    assert [lab.cgroup_of("systemd", a) for a in (v1, v2)] == ["v1", "v2"]
+    assert lab.BOOTED_CHECK["trixie"] == lab.BOOTED_CHECK["systemd"]
+    state = {"hosts": {"h1": {"kind": "systemd", "ip": "10.250.0.11", "gpus": lab.gpu_description("h1", "1", "s")},
+                       "h2": {"kind": "trixie", "ip": "10.250.0.12", "cgroup": "v2",
+                              "gpus": lab.gpu_description("h2", "1", "s", "trixie")}}}
+    yml = tmp_path / "inv.yml"
+    lab.write_inventory(state, yml, "yaml")
+    children = json.loads(yml.read_text().split("\n", 1)[1])["all"]["children"]
+    assert list(children["systemd"]["hosts"]) == ["h1", "h2"] and list(children["trixie"]["hosts"]) == ["h2"]
+    hosts = children["gpu_nodes"]["hosts"]
+    assert [(hosts[h]["lab_suite"], hosts[h]["lab_cgroup"]) for h in ("h1", "h2")] == \
+        [("bookworm", "v1"), ("trixie", "v2")]
