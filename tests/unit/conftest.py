@@ -18,6 +18,19 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 
+def _collection_loader():
+    """Ansible's collection loader, installed before anything imports the collection, as ansible-playbook (and
+    ansible-test's unit tests) install it: every ``ansible_collections`` import goes through it, and the roles'
+    templates find this collection's filters (``gpufleet.nvidia.*``) in the built tree (.build/collections)."""
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+    if not any(isinstance(finder, _AnsibleCollectionFinder) for finder in sys.meta_path):
+        root = os.path.dirname(os.path.dirname(HERE))
+        _AnsibleCollectionFinder(paths=[os.path.join(root, '.build', 'collections')])._install()
+
+
+_collection_loader()
+
+
 @pytest.fixture(scope='session', autouse=True)
 def private_lock_dir(tmp_path_factory):
     """``_host.LOCK_DIR`` (/run/gpufleet-locks) for this session: a private 0700 directory, for every module

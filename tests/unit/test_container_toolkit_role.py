@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.nvidia.plugins.filter.container_toolkit import
     container_toolkit_key, container_toolkit_source)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_container_toolkit as concern
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toolkit as tk
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _results
 
 from core_compat import evaluate_conditional, trust_as_template
 from role_templates import templar, trusted_tree
@@ -242,8 +243,8 @@ def test_gpu_node_runs_the_toolkit_after_the_links_and_before_any_runtime_regist
     [step] = [s for s in steps if s.get('ansible.builtin.import_role', {}).get('name') == 'gpufleet.nvidia.container_toolkit']
     assert step['tags'] == ['container_toolkit'] and step['ansible.builtin.import_role']['rolespec_validate'] is False
     assert step['when'] == ['gpu_node_container_toolkit | bool', "'container_toolkit' in __gpu_node_run"]
-    gpu_node_vars = trusted_tree(load('roles', 'gpu_node', 'vars', 'main.yml'))
-    assert gpu_node_vars['__gpu_node_all'].index('container_toolkit') < gpu_node_vars['__gpu_node_all'].index('containerd')
+    # Without node_state, every concern runs, in gpu_node's order (plugin_utils/_results.py).
+    assert _results.CONCERNS.index('container_toolkit') < _results.CONCERNS.index('containerd')
 
 
 def test_the_toolkit_is_off_by_default_and_node_state_leaves_it_out_then():

@@ -84,16 +84,18 @@ def test_gpu_node_sets_its_public_result_and_documents_it():
     converged, leave, concerns, published = steps[-4:]
     # Where nothing is to run: node_state's verdicts are published, and the node leaves the role (on the
     # controller: a meta task has no worker process); else the concerns run, then the result is published.
-    assert converged['ansible.builtin.set_fact'] == {'gpu_node_result': '{{ __gpu_node_public_checked }}'}
+    assert converged['ansible.builtin.set_fact'] == {'gpu_node_result': CONVERGED}
     assert converged['when'] == leave['when'] == '__gpu_node_run | length == 0'
     assert leave['ansible.builtin.meta'] == 'end_role'
     assert concerns['ansible.builtin.include_tasks'] == 'concerns.yml' and 'when' not in concerns
     assert published['ansible.builtin.set_fact'] == {'gpu_node_result': '{{ __gpu_node_public }}'}
     assert converged['tags'] == leave['tags'] == published['tags'] == ['always']
-    # The three inner roles' results, and the device_links module's (registered internally by gpu_node).
-    # and node_state's whole result under state.
-    assert sorted(re.findall(r"^ *(?:{{ {)?'(\w+)': ", role_vars('gpu_node')['__gpu_node_public'], re.M)) == sorted(
-        INNER + ('device_links', 'state'))
+    # The inner roles' results, and the device_links module's (registered internally by gpu_node), and
+    # node_state's whole result under state: every role result is passed to the one filter that builds it.
+    assert sorted(node_result()) == sorted(INNER + ('device_links', 'state'))
+    public = role_vars('gpu_node')['__gpu_node_public']
+    for name in INNER:
+        assert '%s=%s_result | default(none)' % (name, name) in public
     assert '`gpu_node_result`' in read('roles', 'gpu_node', 'README.md')
 
 
@@ -102,9 +104,13 @@ def node_result(**results):
     return templar(**variables).template(variables['__gpu_node_public'])
 
 
+# What a node publishes where nothing is to run (tasks/main.yml): node_state's result alone.
+CONVERGED = '{{ gpu_node_state | gpufleet.nvidia.gpu_node_result }}'
+
+
 def node_result_checked(**results):
     variables = dict(role_vars('gpu_node'), **results)
-    return templar(**variables).template(variables['__gpu_node_public_checked'])
+    return templar(**variables).template(trust_as_template(CONVERGED))
 
 
 def test_gpu_node_result_holds_each_concern_or_null():
@@ -175,7 +181,7 @@ def test_gpu_node_result_takes_node_states_verdict_for_what_did_not_run():
      ['containerd', 'docker']),
 ])
 def test_what_a_converged_node_publishes_is_the_result_of_nothing_run(concerns, engine_list):
-    # A converged node (or gpu_node_drift_only) publishes __gpu_node_public_checked without running a role:
+    # A converged node (or gpu_node_drift_only) publishes node_state's verdicts without running a role:
     # the same as __gpu_node_public with every role's task unrun (undefined) or skipped.
     state = {'converged': not any(not c['converged'] for c in concerns.values()), 'run': [],
              'drifted': [name for name, c in concerns.items() if not c['converged']],
