@@ -375,6 +375,10 @@ def start_with(name, host, option):
     """(exit status, running) of a start of ``name`` with ``option``; a running daemon is stopped."""
     daemon = harness.make_daemon(name, host)
     proc = daemon.start(option, check=False)
+    if proc.returncode != 0 and daemon.pid:
+        # A start that failed after the fork: the child that wrote the pid file is on its way out (550 with
+        # --uvm-persistence-mode exits 1 while its child is still ending). Running means still there after that.
+        fakehost.wait_gone(daemon.pid, 10.0)
     running = bool(daemon.pid and fakehost.pid_alive(daemon.pid))
     if running:
         daemon.stop()
