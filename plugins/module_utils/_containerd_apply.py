@@ -26,6 +26,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import copy
 import os
 import re
@@ -223,8 +224,8 @@ class Converge(object):
             if before is None:
                 raise DocumentError('%s: containerd already refuses this file, nothing was changed: %s'
                                     % (request.path, error))
-            loaded = self.loaded_files(real, config, before, version)
-            defined_in = self.check_imports(real, config, loaded, version)
+            imports = self.imported_files(real, config, before, version)
+            defined_in = self.check_imports(real, config, imports, version)
             self.report_runtimes(before, dschema)
             if not current.exists and request.state == 'absent':
                 result['msg'] = '%s does not exist; nothing to remove' % request.path
@@ -251,7 +252,7 @@ class Converge(object):
             stale = []
             if pid and not file_changed:
                 started = _host.start_time(pid)
-                stale = _host.changed_since([real] + loaded, started) if started else [real]
+                stale = _host.changed_since([real] + list(imports), started) if started else [real]
             action = result['action'] = decide(request, pid, file_changed, stale)
             if action == 'restart':
                 result['changed'] = True
@@ -265,14 +266,32 @@ class Converge(object):
             result['msg'] = message(result, stale, check_mode)
             return result
 
-    def loaded_files(self, real, config, before, version):
-        """The files containerd loads besides ``real``. 1.x's dump lists them (and ``real``); 2.x's lists the
-        patterns as the file writes them (measured on 2.1.9: `imports = ['/etc/containerd/conf.d/*.toml']`), so
-        there they are found as containerd finds them: breadth-first, a glob's matches sorted, each file once, the
-        imports of imported files too. Every directory a pattern looks in is checked first (``check_pattern``)."""
+    def imported_files(self, real, config, before, version):
+        """``{path: values}`` of the files containerd loads besides ``real``, in its order, each read once. 1.x's dump
+        lists them (and ``real``); 2.x's lists the patterns as the file writes them (measured on 2.1.9: `imports =
+        ['/etc/containerd/conf.d/*.toml']`), so there they are found as containerd finds them: breadth-first, a
+        glob's matches sorted, each file once, the imports of imported files too, every directory a glob looks in
+        checked first (``check_pattern``)."""
+        found = collections.OrderedDict()
+        seen = set([os.path.realpath(real)])
+
+        def read(path):
+            if os.path.realpath(path) in seen:
+                return None
+            seen.add(os.path.realpath(path))
+            imported = _host.read_file(path, _host.resolve_path(path, reader='containerd'), cd.MAX_CONFIG_BYTES,
+                                       reader='containerd')
+            if imported.exists:
+                found[path] = cd.loads(imported.text, path)
+                return found[path]
+            return None
+
         if not cd.globs_from_file(version):
-            return [path for path in before.get('imports') or [] if path]
-        found, seen, queue = [], set([os.path.realpath(real)]), [(real, config.values)]
+            for path in before.get('imports') or []:
+                if path:
+                    read(path)
+            return found
+        queue = [(real, config.values)]
         while queue:
             source, values = queue.pop(0)
             for pattern, glob in cd.import_patterns(values, source, os.getcwd(), True):
@@ -283,30 +302,17 @@ class Converge(object):
                                    for directory in _host.check_pattern(pattern, reader='containerd', glob=True)
                                    for name in _names(directory) if _host.glob_match(name, last))
                 for path in paths:
-                    if os.path.realpath(path) in seen:
-                        continue
-                    seen.add(os.path.realpath(path))
-                    imported = _host.read_file(path, _host.resolve_path(path, reader='containerd'),
-                                               cd.MAX_CONFIG_BYTES, reader='containerd')
-                    if imported.exists:
-                        found.append(path)
-                        queue.append((path, cd.loads(imported.text, path)))
+                    values = read(path)
+                    if values is not None:
+                        queue.append((path, values))
         return found
 
-    def check_imports(self, real, config, loaded, version):
-        """The files containerd imports, and every directory its ``imports`` patterns can match, out of other users'
-        reach (a pattern that matches nothing yet included, on every containerd version); none of the patterns may
-        match the temp files and backups made beside ``real``; containerd 1.x takes an imported CRI table whole,
-        so an insertion in the main file would not count (refused). Returns, on 2.x, the imported files that define
-        the runtime (``imported_definition``)."""
-        imports = {}
-        for path in loaded:
-            if os.path.realpath(path) == os.path.realpath(real):
-                continue
-            imported = _host.read_file(path, _host.resolve_path(path, reader='containerd'), cd.MAX_CONFIG_BYTES,
-                                       reader='containerd')
-            if imported.exists:
-                imports[path] = cd.loads(imported.text, path)
+    def check_imports(self, real, config, imports, version):
+        """The files containerd imports (``imported_files``), and every directory its ``imports`` patterns can
+        match, out of other users' reach (a pattern that matches nothing yet included, on every containerd version);
+        none of the patterns may match the temp files and backups made beside ``real``; containerd 1.x takes an
+        imported CRI table whole, so an insertion in the main file would not count (refused). Returns, on 2.x, the
+        imported files that define the runtime (``imported_definition``)."""
         naming = [(real, config.values)] + sorted(imports.items())
         for source, values in naming:
             for pattern, glob in cd.import_patterns(values, source, os.getcwd(), cd.globs_from_file(version)):
