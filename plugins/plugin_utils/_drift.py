@@ -11,10 +11,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._results import ENGINES
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
     TEXT, Malformed, describe, expect, printable, toolkit_cell)
 
-ENGINES = ('containerd', 'crio', 'docker')
 COLUMNS = ('host', 'status', 'init', 'daemon', 'gpus_off', 'engines_off')
 # A column shown only when a host evaluated the concern (gpu_node_container_toolkit is off by default).
 TOOLKIT = 'toolkit'

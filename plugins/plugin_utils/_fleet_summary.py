@@ -11,10 +11,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._results import ENGINES
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
     TEXT, Malformed, describe, expect, printable, toolkit_cell)
 
-OTHER_ENGINES = ('containerd', 'crio')
+# dockerd's words come first, under their own names (docker_runtimes=, docker_action=, nvidia_run=).
+OTHER_ENGINES = tuple(name for name in ENGINES if name != 'docker')
 
 
 def _text(mapping, key, what):
