@@ -140,7 +140,7 @@ def test_trixie_hosts_are_systemd_hosts_of_their_own_rootfs_always_on_cgroup_v2(
     assert lab.KIND_SPECS["trixie"][:2] == ("systemd", "systemd")
     assert lab.kind_root("trixie") == lab.ROOTFS / "trixie" and lab.kind_root("systemd") == lab.BASE
     assert lab.suites_of(["systemd", "sysvinit"]) == [] and lab.suites_of(None) == ["trixie"]
-    assert lab.trixie_hash() != lab.base_hash() and "docker-cli" in lab.TRIXIE_PACKAGES
+    assert lab.suite_hash("trixie") != lab.base_hash() and "docker-cli" in lab.TRIXIE_PACKAGES
     assert lab.gpu_description("h5", "2", "s", "trixie")["driver_version"] == "550.163.01"
     assert lab.gpu_description("h5", "2", "s")["driver_version"] == lab.DRIVER_VERSION
     v1, v2 = (type("Args", (), {"cgroup": c})() for c in ("v1", "v2"))
