@@ -6,13 +6,25 @@
 The persistence daemon's check compares the installed bundled daemon with the
 collection's copy, so, as for gpufleet.nvidia.persistenced, the controller
 hands the module that copy in the same task: still one round trip.
+
+With ``role_vars: true`` (how roles/gpu_node calls it) the concerns' options are
+built here from the roles' variables, by one table (plugin_utils/_role_options.py),
+in place of a template per concern rendered for every host.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
+
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._bundled import BundledDaemonAction
+
+# The options role_vars builds: none of them may be given with it.
+BUILT = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'engines', 'containerd', 'crio',
+         'docker')
 
 
 class ActionModule(BundledDaemonAction):
@@ -23,3 +35,23 @@ class ActionModule(BundledDaemonAction):
         """Only when the persistence daemon is evaluated with ``state: present`` (the default)."""
         persistenced = args.get('persistenced')
         return isinstance(persistenced, dict) and persistenced.get('state', 'present') == 'present'
+
+    def module_args(self, args, task_vars):
+        if not boolean(args.pop('role_vars', False), strict=False):
+            return args
+        given = sorted(name for name in BUILT if name in args)
+        if given:
+            raise AnsibleActionFail('role_vars builds every concern\'s options from the roles\' variables: do not also '
+                                    'give %s' % ', '.join(given))
+        errors = _role_options.validate(self._templar, task_vars or {})
+        if errors:
+            raise AnsibleActionFail('Validation of arguments failed (role gpufleet.nvidia.gpu_node):\n%s'
+                                    % '\n'.join(errors))
+        resolve = _role_options.resolver(self._templar, task_vars or {})
+        try:
+            args.update(_role_options.node_state_args(resolve))
+        except _role_options.MissingVariable as exc:
+            raise AnsibleActionFail('role_vars: the role variable %s is not defined here; node_state with role_vars '
+                                    'runs inside gpufleet.nvidia.gpu_node, which has every role\'s defaults in scope'
+                                    % exc.args[0])
+        return args

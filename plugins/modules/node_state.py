@@ -47,7 +47,8 @@ attributes:
     support: full
     details:
       - An action plugin hands the module the collection's copy of the bundled persistence daemon, which the
-        persistence daemon's check compares with the installed one.
+        persistence daemon's check compares with the installed one, and with O(role_vars) builds the options from
+        the roles' variables.
 options:
   device_links:
     description:
@@ -87,6 +88,16 @@ options:
     description:
       - The options of M(gpufleet.nvidia.docker_runtime) to evaluate.
     type: dict
+  role_vars:
+    description:
+      - Build every concern's options on the controller from the C(gpufleet.nvidia) roles' variables, exactly as each
+        concern's role passes them to its own module, and each concern's switch from C(gpu_node)'s variables
+        (C(gpu_node_device_links), C(gpu_node_persistenced), ...). This is how the C(gpufleet.nvidia.gpu_node) role
+        calls the module; the roles' defaults must be in scope (gpu_node imports them).
+      - With V(true), the concern options (O(device_links) ... O(docker)) and O(engines) must not be given.
+      - Handled by the action plugin; the module never sees it.
+    type: bool
+    default: false
   bundled_source:
     description:
       - Internal, set by the action plugin (the collection's copy of the bundled daemon); do not set it.
@@ -219,6 +230,7 @@ def main():
             containerd=dict(type='dict'),
             crio=dict(type='dict'),
             docker=dict(type='dict'),
+            role_vars=dict(type='bool', default=False),
             bundled_source=dict(type='str', no_log=True),
         ),
         supports_check_mode=True,

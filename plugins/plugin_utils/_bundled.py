@@ -42,9 +42,13 @@ class BundledDaemonAction(ActionBase):
     def wants(self, args):
         return True
 
+    def module_args(self, args, task_vars):
+        """The module's arguments from the task's (``args``, a copy, may be changed)."""
+        return args
+
     def run(self, tmp=None, task_vars=None):
         result = super(BundledDaemonAction, self).run(tmp, task_vars)
-        args = dict(self._task.args)
+        args = self.module_args(dict(self._task.args), task_vars)
         if 'bundled_source' in args:
             raise AnsibleActionFail('bundled_source is internal to %s; do not set it' % self.MODULE)
         if self.wants(args):

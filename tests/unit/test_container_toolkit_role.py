@@ -24,6 +24,8 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_co
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toolkit as tk
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _results
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options
+
 from core_compat import evaluate_conditional, trust_as_template
 from role_templates import templar, trusted_tree
 
@@ -249,9 +251,14 @@ def test_gpu_node_runs_the_toolkit_after_the_links_and_before_any_runtime_regist
 
 def test_the_toolkit_is_off_by_default_and_node_state_leaves_it_out_then():
     assert load('roles', 'gpu_node', 'defaults', 'main.yml')['gpu_node_container_toolkit'] is False
-    [task] = [t for t in load('roles', 'gpu_node', 'tasks', 'evaluate.yml') if 'gpufleet.nvidia.node_state' in t]
-    template = task['gpufleet.nvidia.node_state']['container_toolkit']
-    assert template.rstrip().endswith("if gpu_node_container_toolkit | bool else omit }}")
+    # node_state's options come from the one table (role_vars), where the toolkit has gpu_node's switch
+    assert _role_options.SWITCHES['container_toolkit'] == 'gpu_node_container_toolkit'
+    defaults = dict(load('roles', 'gpu_node', 'defaults', 'main.yml'), persistenced_state='present',
+                    container_runtime_engines=['auto'])
+    defaults.update((variable, None) for variable in _role_options.variables_read() if variable not in defaults)
+    assert 'container_toolkit' not in _role_options.node_state_args(defaults.__getitem__)
+    defaults['gpu_node_container_toolkit'] = True
+    assert 'container_toolkit' in _role_options.node_state_args(defaults.__getitem__)
 
 
 def test_the_concern_is_tagged_in_gpu_node_and_named_in_site_yml():

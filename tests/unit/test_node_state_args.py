@@ -3,11 +3,12 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """gpu_node hands node_state each concern's options exactly as that concern's role hands its module.
 
-node_state evaluates what a concern's module would do with the options of its task in
-roles/gpu_node/tasks/evaluate.yml (one template per concern); the concern runs with the
-options of its own role's task (a template per option). If the two drifted apart, node_state
-would judge one configuration and the role apply another. Both are rendered with Ansible's own
-templar, with the roles' defaults and with each variable they read changed in turn, and held equal.
+node_state (role_vars: true, roles/gpu_node/tasks/evaluate.yml) evaluates what a concern's module
+would do with the options its action plugin builds from the roles' variables
+(plugins/plugin_utils/_role_options.py); the concern runs with the options of its own role's task
+(a template per option). If the two drifted apart, node_state would judge one configuration and the
+role apply another. Both are resolved with Ansible's own templar, with the roles' defaults and with
+each variable they read changed in turn, and held equal.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,7 +22,9 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options
 
+from core_compat import trust_as_template
 from role_templates import templar, trusted_tree
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
@@ -52,7 +55,7 @@ def task_args(path, module):
     return found[0]
 
 
-def node_state_args():
+def evaluate_task():
     [task] = [task for task in load('roles/gpu_node/tasks/evaluate.yml') if 'gpufleet.nvidia.node_state' in task]
     return task['gpufleet.nvidia.node_state']
 
@@ -72,6 +75,14 @@ def role_variables(**changed):
 
 def render(template, **changed):
     return templar(**role_variables(**changed)).template(trusted_tree(template))
+
+
+def built(**changed):
+    """node_state's arguments as its action plugin builds them (role_vars), each variable templated as the action
+    does (Ansible's templar, over the same variables)."""
+    engine = templar(**role_variables(**changed))
+    # a task's variables, as the action gets them (ansible-core 2.18's include its omit placeholder)
+    return _role_options.node_state_args(_role_options.resolver(engine, engine.available_variables))
 
 
 def read_by(concern):
@@ -99,18 +110,23 @@ def variations(concern):
 
 
 def test_every_concern_is_mapped():
-    options = set(node_state_args()) - {'engines'}
-    assert sorted(options) == sorted(_concerns.CONCERNS) == sorted(TASKS)
+    assert evaluate_task() == {'role_vars': True}
+    options = set(built()) - {'engines'}
+    assert sorted(options) == sorted(_role_options.OPTIONS) == sorted(_concerns.CONCERNS) == sorted(TASKS)
+
+
+def test_the_table_reads_what_the_roles_define():
+    # every variable the table reads is a role default (or gpu_node's), so node_state never finds one undefined
+    assert set(_role_options.variables_read()) <= set(role_variables())
 
 
 @pytest.mark.parametrize('concern', sorted(TASKS))
 def test_node_state_gets_what_the_role_passes(concern):
     role_args = task_args(*TASKS[concern])
-    mine = node_state_args()[concern]
     varied = 0
     for label, changed in variations(concern):
         expected = render(role_args, **changed)
-        assert render(mine, **changed) == expected, '%s with %s' % (concern, label)
+        assert built(**changed)[concern] == expected, '%s with %s' % (concern, label)
         # and only options the concern's module has
         assert set(expected) <= set(_concerns.CONCERNS[concern].spec)
         varied += expected != render(role_args)
@@ -121,6 +137,74 @@ def test_node_state_gets_what_the_role_passes(concern):
 def test_the_check_would_see_a_changed_option():
     # A role task that stopped reading container_runtime_args (equal under the defaults, [] both) is caught.
     changed = dict(task_args(*TASKS['docker']), runtime_args='{{ [] }}')
-    mine = node_state_args()['docker']
-    differ = [label for label, varied in variations('docker') if render(changed, **varied) != render(mine, **varied)]
+    differ = [label for label, varied in variations('docker') if render(changed, **varied) != built(**varied)['docker']]
     assert differ == ['container_runtime_args']
+
+
+@pytest.mark.parametrize('changed, left_out', [
+    ({}, []),
+    ({'gpu_node_container_toolkit': False}, ['container_toolkit']),
+    ({'gpu_node_device_links': 'no'}, ['device_links']),  # Ansible's bool: 'no' is false
+    ({'gpu_node_persistenced': False}, ['persistenced']),
+    ({'gpu_node_gpu_persistence': False}, ['gpu_persistence']),
+    # a daemon stopped for maintenance: its GPUs' modes are left alone, the daemon itself is still evaluated
+    ({'persistenced_state': 'stopped'}, ['gpu_persistence']),
+    ({'gpu_node_container_runtime': 'false'}, ['containerd', 'crio', 'docker']),
+])
+def test_a_concern_switched_off_is_left_out(changed, left_out):
+    args = built(**changed)
+    assert sorted(set(_role_options.OPTIONS) - set(args)) == left_out
+    assert args['engines'] == ([] if 'docker' in left_out else ['auto'])
+
+
+def test_a_variable_set_to_omit_leaves_the_option_out_as_the_role_task_does():
+    changed = dict((name, trust_as_template('{{ omit }}')) for name in ('container_runtime_path', 'persistenced_verbose'))
+    for concern, option in (('docker', 'runtime_path'), ('persistenced', 'verbose')):
+        expected = render(task_args(*TASKS[concern]), **changed)
+        assert option not in expected and built(**changed)[concern] == expected
+
+
+def test_gpu_persistence_modes_replace_gpus_and_mode():
+    modes = [{'gpu': 0, 'mode': 'disabled'}]
+    assert built(gpu_persistence_modes=modes)['gpu_persistence'] == dict(
+        modes=modes, persist=True, state_file='/var/lib/gpufleet/persistence.json', backend='auto')
+    assert built()['gpu_persistence']['gpus'] == ['all']
+
+
+def action(variables):
+    from ansible.plugins.action import ActionBase
+    from ansible_collections.gpufleet.nvidia.plugins.action.node_state import ActionModule
+    module = ActionModule.__new__(ActionModule)  # only module_args runs: no connection, no task executor
+    ActionBase.__setattr__(module, '_templar', templar(**variables))
+    return module
+
+
+def test_the_action_builds_the_table_options_and_refuses_both_ways():
+    from ansible.errors import AnsibleActionFail
+    variables = dict(templar(**role_variables()).available_variables)
+    assert action(variables).module_args({'role_vars': True}, variables) == built()
+    # without role_vars the task's own options pass through untouched
+    assert action(variables).module_args({'docker': {'name': 'x'}}, variables) == {'docker': {'name': 'x'}}
+    with pytest.raises(AnsibleActionFail, match='do not also give docker, engines'):
+        action(variables).module_args({'role_vars': True, 'docker': {}, 'engines': []}, variables)
+    del variables['container_runtime_cdi']
+    with pytest.raises(AnsibleActionFail, match='role variable container_runtime_cdi is not defined'):
+        action(variables).module_args({'role_vars': 'yes'}, variables)
+
+
+def test_the_role_argument_check_is_ansibles_own_on_gpu_nodes_spec():
+    from ansible.errors import AnsibleActionFail
+    variables = dict(templar(**role_variables()).available_variables)
+    assert _role_options.validate(templar(**variables), variables) == []
+    # the same spec both entry points and the explicit check of tasks/main.yml read
+    specs = load('roles/gpu_node/meta/argument_specs.yml')['argument_specs']
+    assert _role_options.role_spec('evaluate') == specs['evaluate']['options'] == specs['main']['options']
+    # a wrong value anywhere in the five roles' options fails node_state's task, naming it, before anything runs
+    wrong = dict(variables, container_runtime_apply='sometimes', persistenced_start_timeout='soon')
+    errors = _role_options.validate(templar(**wrong), wrong)
+    assert len(errors) == 2 and any('container_runtime_apply' in e and 'sometimes' in e for e in errors)
+    with pytest.raises(AnsibleActionFail, match='(?s)Validation of arguments failed.*container_runtime_apply'):
+        action(wrong).module_args({'role_vars': True}, wrong)
+    # a template is checked by its value, as Ansible's own check does
+    templated = dict(variables, container_runtime_timeout=trust_as_template('{{ 30 + 30 }}'))
+    assert _role_options.validate(templar(**templated), templated) == []
