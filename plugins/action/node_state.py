@@ -19,12 +19,12 @@ __metaclass__ = type
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _results
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._bundled import BundledDaemonAction
 
 # The options role_vars builds: none of them may be given with it.
-BUILT = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'engines', 'containerd', 'crio',
-         'docker')
+BUILT = _results.CONCERNS + ('engines',)
 
 
 class ActionModule(BundledDaemonAction):

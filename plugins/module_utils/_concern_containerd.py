@@ -13,7 +13,6 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
@@ -21,19 +20,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern import Concern, engine_binary, engine_service
 
 
-SPEC = dict(
-    path=dict(type='path', default=_containerd.DEFAULT_PATH),
-    name=dict(type='str', default='nvidia'),
-    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
-    default_runtime=dict(type='bool'),
-    take_over=dict(type='bool', default=False),
-    state=dict(type='str', default='present', choices=['present', 'absent']),
-    backup=dict(type='bool', default=False),
-    apply=dict(type='str', default='auto', choices=['auto', 'restart', 'none']),
-    service_name=dict(type='str', default='containerd'),
-    apply_timeout=dict(type='int', default=60),
-    **_verify.SPEC
-)
+SPEC = _containerd_apply.SPEC
 
 
 def run(module):
@@ -44,10 +31,7 @@ def run(module):
         log_files=_containerd_apply.log_files(params['service_name']))
     programs = _containerd_apply.Tools(run_command, containerd=containerd,
                                        ctr=module.get_bin_path('ctr') or 'ctr')
-    request = _containerd_apply.Request(
-        path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
-        default_runtime=params['default_runtime'], state=params['state'], apply=params['apply'],
-        timeout=params['apply_timeout'], take_over=params['take_over'])
+    request = _containerd_apply.Request.from_params(params)
     converge = _containerd_apply.Converge(request, service, programs, backup=params['backup'] or None,
                                           label=_host.selinux_labeller(module))
     result = _module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))

@@ -20,29 +20,14 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern import Concern, engine_binary, engine_service
 
 
-SPEC = dict(
-    path=dict(type='path', default=_crio.DEFAULT_PATH),
-    config_path=dict(type='path', default=_crio.DEFAULT_CONFIG),
-    config_dir=dict(type='path', default=_crio.DEFAULT_DIR),
-    name=dict(type='str', default='nvidia'),
-    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
-    default_runtime=dict(type='bool'),
-    state=dict(type='str', default='present', choices=['present', 'absent']),
-    backup=dict(type='bool', default=False),
-    apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
-    service_name=dict(type='str', default='crio'),
-    apply_timeout=dict(type='int', default=60),
-)
+SPEC = _crio.SPEC
 
 
 def run(module):
     params = module.params
     crio = engine_binary(module, 'crio', 'install CRI-O first.')
     service, run_command = engine_service(module, crio, lambda: _crio_apply.find_pid(service.processes())[0])
-    request = _crio.Request(
-        path=params['path'], config_path=params['config_path'], config_dir=params['config_dir'], name=params['name'],
-        runtime_path=params['runtime_path'], default_runtime=params['default_runtime'], state=params['state'],
-        apply=params['apply'], timeout=params['apply_timeout'])
+    request = _crio.Request.from_params(params)
     converge = _crio_apply.Converge(request, service, _crio_apply.Tools(run_command, crio=crio),
                                     backup=params['backup'] or None,
                                     backup_dir=os.path.dirname(params['config_dir'].rstrip('/')),

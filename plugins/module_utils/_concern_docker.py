@@ -11,7 +11,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
@@ -21,21 +20,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern import Co
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, socket_path_from_host
 
 
-SPEC = dict(
-    path=dict(type='path', default=_daemon_json.DEFAULT_PATH),
-    name=dict(type='str', default='nvidia'),
-    runtime_path=dict(type='str', default='nvidia-container-runtime'),
-    runtime_args=dict(type='list', elements='str'),
-    default_runtime=dict(type='bool'),
-    cdi=dict(type='bool'),
-    state=dict(type='str', default='present', choices=['present', 'absent']),
-    backup=dict(type='bool', default=False),
-    apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
-    docker_host=dict(type='str', default='unix:///var/run/docker.sock'),
-    service_name=dict(type='str', default='docker'),
-    apply_timeout=dict(type='int', default=60, aliases=['timeout']),
-    **_verify.SPEC
-)
+SPEC = _docker_apply.SPEC
 
 
 def build_dockerd(module, socket_path):
@@ -51,10 +36,7 @@ def run(module):
     socket_path = socket_path_from_host(params['docker_host'])
     service, run_command = build_dockerd(module, socket_path)
     api = DockerAPI(socket_path, timeout=min(10, max(1, params['apply_timeout'])))
-    request = _docker_apply.Request(
-        path=params['path'], name=params['name'], runtime_path=params['runtime_path'],
-        runtime_args=params['runtime_args'], default_runtime=params['default_runtime'], cdi=params['cdi'],
-        state=params['state'], apply=params['apply'], timeout=params['apply_timeout'])
+    request = _docker_apply.Request.from_params(params)
 
     def dockerd_checks():
         dockerd_path = module.get_bin_path('dockerd')

@@ -29,10 +29,10 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_device_li
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_docker import CONCERN as DOCKER
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_gpu_persistence import CONCERN as GPU_PERSISTENCE
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_persistenced import CONCERN as PERSISTENCED
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names import ENGINES
 
 # In the order gpu_node runs them: the links before anything reloads systemd, the daemon before the GPUs' modes,
 # the toolkit's packages before any runtime registration (its postinst writes the runtime's own config.toml, and a
 # registered runtime needs the program), the CRI engines before dockerd (whose verification runs a container last).
 CONCERNS = dict((c.name, c) for c in (DEVICE_LINKS, PERSISTENCED, GPU_PERSISTENCE, TOOLKIT, CONTAINERD, CRIO, DOCKER))
-ORDER = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'containerd', 'crio', 'docker')
-ENGINES = ('containerd', 'crio', 'docker')
+ORDER = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit') + ENGINES

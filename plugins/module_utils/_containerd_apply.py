@@ -34,26 +34,37 @@ import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError, ServiceError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._options import Options
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import found_by
 
 CRI_PLUGIN = 'cri'
 DEFAULT_ADDRESS = '/run/containerd/containerd.sock'
 
 
-class Request(object):
-    """What the user asked for (the module's parameters)."""
+# containerd_runtime's argument spec: each option's one declaration (the module, node_state and Request read it).
+SPEC = dict(
+    path=dict(type='path', default=cd.DEFAULT_PATH),
+    name=dict(type='str', default='nvidia'),
+    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
+    default_runtime=dict(type='bool'),
+    take_over=dict(type='bool', default=False),
+    state=dict(type='str', default='present', choices=['present', 'absent']),
+    backup=dict(type='bool', default=False),
+    apply=dict(type='str', default='auto', choices=['auto', 'restart', 'none']),
+    service_name=dict(type='str', default='containerd'),
+    apply_timeout=dict(type='int', default=60),
+    **_verify.SPEC
+)
 
-    def __init__(self, path=cd.DEFAULT_PATH, name='nvidia', runtime_path='/usr/bin/nvidia-container-runtime',
-                 default_runtime=None, state='present', apply='auto', timeout=60.0, take_over=False):
-        self.path = path
-        self.name = name
-        self.runtime_path = runtime_path
-        self.default_runtime = default_runtime
-        self.state = state
-        self.apply = apply
-        self.timeout = timeout
-        self.take_over = take_over
+
+class Request(Options):
+    """What the user asked for: these options of the module (``SPEC``), ``apply_timeout`` as ``timeout``."""
+
+    SPEC = SPEC
+    OPTIONS = ('path', 'name', 'runtime_path', 'default_runtime', 'state', 'apply', 'apply_timeout', 'take_over')
+    NAMES = {'apply_timeout': 'timeout'}
 
 
 # (containerd, path, the file's bytes) -> dump answer (Tools.dump), once remember_dumps() was called in this

@@ -36,6 +36,7 @@ import re
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._options import Options
 
 DEFAULT_CONFIG = '/etc/crio/crio.conf'
 DEFAULT_DIR = '/etc/crio/crio.conf.d'
@@ -201,21 +202,29 @@ class Effective(object):
         return self.origins.get(tuple(path))
 
 
-class Request(object):
-    """What the user asked for (the module's parameters)."""
+# crio_runtime's argument spec: each option's one declaration (the module, node_state and Request read it).
+SPEC = dict(
+    path=dict(type='path', default=DEFAULT_PATH),
+    config_path=dict(type='path', default=DEFAULT_CONFIG),
+    config_dir=dict(type='path', default=DEFAULT_DIR),
+    name=dict(type='str', default='nvidia'),
+    runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
+    default_runtime=dict(type='bool'),
+    state=dict(type='str', default='present', choices=['present', 'absent']),
+    backup=dict(type='bool', default=False),
+    apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
+    service_name=dict(type='str', default='crio'),
+    apply_timeout=dict(type='int', default=60),
+)
 
-    def __init__(self, path=DEFAULT_PATH, config_path=DEFAULT_CONFIG, config_dir=None, name='nvidia',
-                 runtime_path='/usr/bin/nvidia-container-runtime', default_runtime=None, state='present',
-                 apply='auto', timeout=60.0):
-        self.path = path
-        self.config_path = config_path
-        self.config_dir = config_dir if config_dir is not None else DEFAULT_DIR
-        self.name = name
-        self.runtime_path = runtime_path
-        self.default_runtime = default_runtime
-        self.state = state
-        self.apply = apply
-        self.timeout = timeout
+
+class Request(Options):
+    """What the user asked for: these options of the module (``SPEC``), ``apply_timeout`` as ``timeout``."""
+
+    SPEC = SPEC
+    OPTIONS = ('path', 'config_path', 'config_dir', 'name', 'runtime_path', 'default_runtime', 'state', 'apply',
+               'apply_timeout')
+    NAMES = {'apply_timeout': 'timeout'}
 
 
 class Plan(object):

@@ -41,6 +41,7 @@ import stat
 import time
 from collections import namedtuple
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engine_names
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPIError
@@ -59,8 +60,9 @@ UNIT_PATHS = {
     'sysvinit': '/etc/init.d/%s' % SERVICE,
     'upstart': '/etc/init/%s.conf' % SERVICE,
 }
-# The container engines whose runc asks systemd for device access; the boot piece runs before each.
-ENGINES = ('docker', 'containerd', 'crio')
+# The container engines' services (whose runc asks systemd for device access); the boot piece runs before each.
+# dockerd first, as the boot pieces have always named them: another order would rewrite every host's unit.
+ENGINES = ('docker',) + tuple(engine for engine in _engine_names.ENGINES if engine != 'docker')
 
 # nvidia0..nvidiaN, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset; nvidia-caps/nvidia-capN
 NODE_RE = re.compile(r'^nvidia(?:[0-9]+|ctl|-uvm|-uvm-tools|-modeset)$')

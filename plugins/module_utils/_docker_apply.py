@@ -26,30 +26,40 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_jso
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _json_splice as splice
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._options import Options
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import found_by
 
 DaemonJsonError = dj.DaemonJsonError
 
 
-class Request(object):
-    """What the user asked for (the module's parameters).
+# docker_runtime's argument spec: each option's one declaration (the module, node_state and Request read it).
+SPEC = dict(
+    path=dict(type='path', default=dj.DEFAULT_PATH),
+    name=dict(type='str', default='nvidia'),
+    runtime_path=dict(type='str', default='nvidia-container-runtime'),
+    runtime_args=dict(type='list', elements='str'),
+    default_runtime=dict(type='bool'),
+    cdi=dict(type='bool'),
+    state=dict(type='str', default='present', choices=['present', 'absent']),
+    backup=dict(type='bool', default=False),
+    apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
+    docker_host=dict(type='str', default='unix:///var/run/docker.sock'),
+    service_name=dict(type='str', default='docker'),
+    apply_timeout=dict(type='int', default=60, aliases=['timeout']),
+    **_verify.SPEC
+)
 
-    ``timeout``: seconds to wait for dockerd to run the new configuration after
-    a reload or restart (the module's ``apply_timeout``).
-    """
 
-    def __init__(self, path=dj.DEFAULT_PATH, name='nvidia', runtime_path='nvidia-container-runtime', runtime_args=None,
-                 default_runtime=None, cdi=None, state='present', apply='auto', timeout=60.0):
-        self.path = path
-        self.name = name
-        self.runtime_path = runtime_path
-        self.runtime_args = runtime_args
-        self.default_runtime = default_runtime
-        self.cdi = cdi
-        self.state = state
-        self.apply = apply
-        self.timeout = timeout
+class Request(Options):
+    """What the user asked for: these options of the module (``SPEC``), ``apply_timeout`` as ``timeout`` (seconds
+    to wait for dockerd to run the new configuration after a reload or restart)."""
+
+    SPEC = SPEC
+    OPTIONS = ('path', 'name', 'runtime_path', 'runtime_args', 'default_runtime', 'cdi', 'state', 'apply',
+               'apply_timeout')
+    NAMES = {'apply_timeout': 'timeout'}
 
     def merge(self, text):
         return dj.merge(text, self.path, state=self.state, name=self.name, runtime_path=self.runtime_path,

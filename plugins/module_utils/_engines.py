@@ -26,12 +26,10 @@ import os
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names import DAEMONS, ENGINES
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
 
-# In the order the container_runtime role registers them: the CRI runtimes first, dockerd last, so
-# that dockerd's verification (a container run) comes after any containerd restart.
-ENGINES = ('containerd', 'crio', 'docker')
-DAEMONS = {'docker': 'dockerd', 'containerd': 'containerd', 'crio': 'crio'}
+# ENGINES, DAEMONS: _engine_names (the one list), in the order the container_runtime role registers them.
 
 
 def detect(run, containerd_config=cd.DEFAULT_PATH, which=_host.which):

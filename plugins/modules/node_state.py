@@ -214,6 +214,7 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._compile_once import compiled_once
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names import ENGINES
 
 
 def main():
@@ -226,7 +227,7 @@ def main():
             persistenced=dict(type='dict'),
             gpu_persistence=dict(type='dict'),
             container_toolkit=dict(type='dict'),
-            engines=dict(type='list', elements='str', default=[], choices=['auto', 'containerd', 'crio', 'docker']),
+            engines=dict(type='list', elements='str', default=[], choices=['auto'] + list(ENGINES)),
             containerd=dict(type='dict'),
             crio=dict(type='dict'),
             docker=dict(type='dict'),

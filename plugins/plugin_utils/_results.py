@@ -13,9 +13,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# The container engines, in the order the container_runtime role registers with them (the CRI runtimes before
-# dockerd, so that dockerd's verification comes after any containerd restart).
-ENGINES = ('containerd', 'crio', 'docker')
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names import ENGINES
+
+# ENGINES: the container engines, in the order the container_runtime role registers with them (module_utils'
+# _engine_names: the one list, on the hosts and here).
 # gpu_node's concerns, in the order it runs them.
 CONCERNS = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit') + ENGINES
 # The inner roles' results gpu_node publishes, with the device_links module's, by key of gpu_node_result.

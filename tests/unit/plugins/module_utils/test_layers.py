@@ -28,12 +28,14 @@ BOTTOM = {
     '_json_splice': {'_errors'},
     '_toml_splice': {'_errors'},
     '_host': {'_errors'},
+    '_options': set(),
+    '_engine_names': set(),
 }
 
 # Pure rules (text in, text and findings out): what each may import of ours, and no host access at all.
 PURE = {
     '_containerd': {'_errors', '_tomli', '_toml_splice'},
-    '_crio': {'_errors', '_tomli', '_toml_splice'},
+    '_crio': {'_errors', '_options', '_tomli', '_toml_splice'},
     '_verify': set(),
     '_toolkit': {'_errors'},
 }
