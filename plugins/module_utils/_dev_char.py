@@ -46,7 +46,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPIError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, HostFileError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import INIT_SYSTEMS, Service, unit_mode, unit_path
 
 DEV_ROOT = '/dev'
 CHAR_DIR = 'char'
@@ -55,11 +55,7 @@ MARKER = 'Managed by gpufleet.nvidia'
 SERVICE = 'gpufleet-dev-char-links'
 SCRIPT_PATH = '/usr/local/sbin/gpufleet-dev-char-links'
 UDEV_RULE_PATH = '/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules'
-UNIT_PATHS = {
-    'systemd': '/etc/systemd/system/%s.service' % SERVICE,
-    'sysvinit': '/etc/init.d/%s' % SERVICE,
-    'upstart': '/etc/init/%s.conf' % SERVICE,
-}
+UNIT_PATHS = dict((init, unit_path(init, SERVICE)) for init in INIT_SYSTEMS)
 # The container engines' services (whose runc asks systemd for device access); the boot piece runs before each.
 # dockerd first, as the boot pieces have always named them: another order would rewrite every host's unit.
 ENGINES = ('docker',) + tuple(engine for engine in _engine_names.ENGINES if engine != 'docker')
@@ -483,8 +479,7 @@ def boot_files(init_system):
     files = {'script': (SCRIPT_PATH, render_script(), 0o755),
              'udev_rule': (UDEV_RULE_PATH, render_udev_rule(), 0o644)}
     if init_system in RENDER_UNIT:
-        files['unit'] = (UNIT_PATHS[init_system], RENDER_UNIT[init_system](),
-                         0o755 if init_system == 'sysvinit' else 0o644)
+        files['unit'] = (UNIT_PATHS[init_system], RENDER_UNIT[init_system](), unit_mode(init_system))
     return files
 
 

@@ -18,7 +18,7 @@ import re
 import shlex
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service, log_files
 
 DEFAULT_PIDFILES = ('/var/run/docker.pid', '/run/docker.pid')
 
@@ -155,7 +155,7 @@ class Dockerd(Service):
         self.socket_path = socket_path
         Service.__init__(self, init_system, service, run_command, tools,
                          find_pid=lambda: find_dockerd_pid(self.processes(), self.socket_path),
-                         log_files=('/var/log/%s.log' % service, '/var/log/upstart/%s.log' % service),
+                         log_files=log_files(service),
                          executable=executable, pid_files=self.pidfiles)
 
     def flags(self):

@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover  (Python 2 never reaches the host side)
     from pipes import quote as sh_quote
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 
 MARKER = 'Managed by gpufleet.nvidia'
@@ -51,11 +52,8 @@ class ConfigError(GpufleetError):
 
 
 def unit_path(init_system, service):
-    return {
-        'systemd': '/etc/systemd/system/%s.service' % service,
-        'sysvinit': '/etc/init.d/%s' % service,
-        'upstart': '/etc/init/%s.conf' % service,
-    }[init_system]
+    """The persistence daemon's unit, SysV script or Upstart job (``_service.INIT_SYSTEMS``)."""
+    return _service.unit_path(init_system, service)
 
 
 def validate(params):
