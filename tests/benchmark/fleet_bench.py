@@ -339,6 +339,41 @@ PAIRED = {
     # not a target: one module round trip per host and nothing else, the least a converged host can cost
     "floor (one ping per host)": (os.path.join(HERE, "floor.yml"), []),
 }
+FLOOR = "floor (one ping per host)"
+# --paired-variants' short keys -> PAIRED's names.
+PAIRED_KEYS = {"site": "site.yml", "every": "site.yml, every module", "baseline": "baseline", "drift": "drift.yml",
+               "floor": FLOOR}
+# What each variant is, for the report's head.
+PAIRED_ABOUT = {
+    "site.yml": "`site.yml` (node_state first, a concern only where it drifted)",
+    "site.yml, every module": "`site.yml, every module` (`-e gpu_node_evaluate_first=false`: every concern's module "
+                              "every run, as site.yml did before node_state)",
+    "baseline": "`baseline` (the task-per-step playbook)",
+    "drift.yml": "`drift.yml` (the drift report)",
+    FLOOR: "`floor (one ping per host)` (`tests/benchmark/floor.yml`, not a target: one module round trip per host and "
+           "nothing else, the least a converged host can cost on this lab)",
+}
+
+
+def paired_variants(args, reference=None):
+    """The paired mode's no-op variants for ``args``: name -> (playbook, extra arguments, collections path or None).
+    ``--paired-variants``' choice in PAIRED's order, then, with ``--paired-ref`` (``reference``, as
+    ``reference_tree`` returns it), that commit's site.yml and drift.yml, run on site.yml's hosts."""
+    keys = args.paired_variants.split(",") if args.paired_variants else list(PAIRED_KEYS)
+    chosen = set(PAIRED_KEYS[key] for key in keys)
+    variants = dict((name, (playbook, list(extra), None)) for name, (playbook, extra) in PAIRED.items()
+                    if name in chosen)
+    if reference:
+        label, site, collections = reference
+        variants[label] = (site, [], collections)
+        variants[label.replace("site.yml", "drift.yml", 1)] = (
+            os.path.join(os.path.dirname(site), "drift.yml"), [], collections)
+    return variants
+
+
+def is_drift(name):
+    """Whether the variant ``name`` is a drift.yml (today's or a reference commit's)."""
+    return name == "drift.yml" or name.startswith("drift.yml at ")
 
 
 def round_order(names, round_no):
@@ -519,41 +554,53 @@ def write_first_runs(results, args, command, started, finished, outdir):
                                            "reference": args.first_ref, "results": results})
 
 
-def bench_paired(size, args, workroot):
-    """One fresh lab of twice ``size`` hosts, in two halves of ``size``: the first for site.yml and its variants,
-    the second for the baseline (which would rewrite site.yml's units and daemon.json if they shared hosts). Each
-    half's first run, then ``args.paired`` rounds of every no-op variant, each round in its own order
-    (``round_order``), so that no variant always runs first, last or after the same variant.
+def bench_paired(size, args, workroot, reference=None):
+    """One fresh lab of ``size`` hosts a part: the site part for site.yml and its variants (with ``--paired-ref``, the
+    reference commit's site.yml and drift.yml too), with the baseline a baseline part (which would rewrite site.yml's
+    units and daemon.json if they shared hosts), and up to ``--first-compare-max`` hosts with ``site.yml, every
+    module`` a third part for that variant's first run. Each part's first run, then ``args.paired`` rounds of every
+    no-op variant, each round in its own order (``round_order``), so that no variant always runs first, last or after
+    the same variant.
     """
+    variants = paired_variants(args, reference)
     workdir = os.path.join(workroot, "paired-%d" % size)
     os.makedirs(workdir, exist_ok=True)
+    part_names = []
+    if any(name != "baseline" for name in variants):
+        part_names.append("site")
+    if "baseline" in variants:
+        part_names.append("baseline")
     # Up to --first-compare-max hosts, a third part of the lab has today's first run without node_state
     # (gpu_node_evaluate_first=false) on fresh hosts, to hold site.yml's first run against it.
-    parts = 3 if size <= args.first_compare_max else 2
-    up = run_lab("up", "--hosts", str(parts * size), "--kinds", args.kinds, "--gpus", args.gpus, "--seed", args.seed)
+    if "site.yml, every module" in variants and size <= args.first_compare_max:
+        part_names.append("every module")
+    up = run_lab("up", "--hosts", str(len(part_names) * size), "--kinds", args.kinds, "--gpus", args.gpus,
+                 "--seed", args.seed)
     hosts, hostvars = load_inventory()
     names_sorted = sorted(hosts, key=lambda name: int(re.sub(r"\D", "", name) or 0))
-    halves = {"site": dict((n, hosts[n]) for n in names_sorted[:size]),
-              "baseline": dict((n, hosts[n]) for n in names_sorted[size:2 * size])}
-    if parts == 3:
-        halves["every module"] = dict((n, hosts[n]) for n in names_sorted[2 * size:])
+    halves = dict((part, dict((n, hosts[n]) for n in names_sorted[i * size:(i + 1) * size]))
+                  for i, part in enumerate(part_names))
     limit = dict((half, ["--limit", ",".join(sorted(members))]) for half, members in halves.items())
-    log("paired, %d hosts a half: lab of %d up in %.1f s; preparing canaries" % (size, len(hosts), up))
+    log("paired, %d hosts a part (%s): lab of %d up in %.1f s; preparing canaries" % (
+        size, ", ".join(part_names), len(hosts), up))
     with open(STAND_IN, "rb") as handle:
         stand_in = base64.encodebytes(handle.read()).decode()
     on_all(hosts, hostvars, PREPARE.format(stand_in=stand_in.strip(), canary=CANARY))
     cfg, cp_dir = write_tools(workdir, min(size, args.forks_cap))
     result = {"hosts": size, "forks": min(size, args.forks_cap), "rounds": args.paired,
               "kinds": {half: sorted({h["kind"] for h in members.values()}) for half, members in halves.items()},
-              "runs": dict((name, []) for name in PAIRED)}
+              "parts": part_names, "reference": reference[0][len("site.yml at "):] if reference else None,
+              "runs": dict((name, []) for name in variants)}
     try:
         history = {}
         state0 = probe(hosts, hostvars)
         restarts0 = track(history, state0)
-        firsts = [("site", PLAYBOOKS["site.yml"], []), ("baseline", PLAYBOOKS["baseline"], [])]
-        if "every module" in halves:
-            firsts.insert(1, ("every module", PLAYBOOKS["site.yml"], ["-e", "gpu_node_evaluate_first=false"]))
+        firsts = [("site", PLAYBOOKS["site.yml"], []), ("every module", PLAYBOOKS["site.yml"],
+                                                       ["-e", "gpu_node_evaluate_first=false"]),
+                  ("baseline", PLAYBOOKS["baseline"], [])]
         for half, playbook, extra in firsts:
+            if half not in halves:
+                continue
             members = halves[half]
             settle()
             first = run_playbook(playbook, cfg, workdir, "first-" + half.replace(" ", "-"), members,
@@ -569,20 +616,21 @@ def bench_paired(size, args, workroot):
                 size, half, first["wall"], first["rc"], first["docker"], first["canary_down"]))
             state0, restarts0 = state1, restarts1
         # The baseline's restarts stopped its half's canaries: new ones, and the no-op rounds start.
-        on_all(halves["baseline"], hostvars, CANARY)
+        if "baseline" in halves:
+            on_all(halves["baseline"], hostvars, CANARY)
         state1 = probe(hosts, hostvars)
         restarts1 = track(history, state1)
-        names = list(PAIRED)
+        names = list(variants)
         for round_no in range(args.paired):
             order = round_order(names, round_no)
             for name in order:
-                playbook, extra = PAIRED[name]
+                playbook, extra, collections = variants[name]
                 half = "baseline" if name == "baseline" else "site"
                 settle()
                 tag = "r%d-%s" % (round_no, name.replace(" ", "").replace(",", "-"))
                 extra = extra + limit[half] + (["-e", "gpufleet_drift_report=%s" % os.path.join(workdir, tag + ".json")]
-                                               if name == "drift.yml" else [])
-                run = run_playbook(playbook, cfg, workdir, tag, halves[half], extra)
+                                               if is_drift(name) else [])
+                run = run_playbook(playbook, cfg, workdir, tag, halves[half], extra, collections=collections)
                 run.pop("tasks")
                 run.pop("task_seconds_per_host")
                 result["runs"][name].append(run)
@@ -617,15 +665,15 @@ def paired_table(results):
             "| modules/host | SSH trips/host | changed | vs site.yml (per-round ratio, median (min-max)) |",
             "|" + "---|" * 10]
     for r in results:
-        size, site = r["hosts"], r["runs"]["site.yml"]
+        size, site = r["hosts"], r["runs"].get("site.yml")
         for name, runs in r["runs"].items():
-            ratios = [other["wall"] / mine["wall"] for other, mine in zip(runs, site)]
+            ratios = [other["wall"] / mine["wall"] for other, mine in zip(runs, site or [])]
             rows.append("| %d | %s | %s | %s | %s | %s | %s | %s | %d | %s |" % (
                 size, name, spread([x["wall"] for x in runs], 1), fmt(median([x["wall"] for x in runs]) / size, 3),
                 fmt(median([x["controller_cpu"] for x in runs]) / size, 3),
                 fmt(median([x["machine_cpu"] for x in runs]) / size, 3), fmt(median([x["modules_per_host"] for x in runs])),
                 fmt(median([x["round_trips_per_host"] for x in runs])), sum(x["changed"] for x in runs),
-                "-" if name == "site.yml" else spread(ratios) + "x"))
+                "-" if name == "site.yml" else spread(ratios) + "x" if ratios else "site.yml not measured"))
     return "\n".join(rows)
 
 
@@ -641,6 +689,55 @@ def first_runs_table(results):
     return "\n".join(rows)
 
 
+# Issue 30's targets, a converged host against the floor (one ping per host) at 32 hosts: variant -> (the most its
+# no-op wall time may be, in floor's, the most its controller CPU may be, None: no target).
+ISSUE30 = {"site.yml": (1.5, 1.5), "drift.yml": (1.3, None)}
+ISSUE30_SIZE = 32
+
+
+def issue30_lines(r):
+    """Issue 30's verdicts for one size (markdown lines), and whether they are met: today's site.yml and drift.yml
+    against the floor (a target at ISSUE30_SIZE hosts); a reference commit's, the same ratios without a target."""
+    runs, size = r["runs"], r["hosts"]
+    head = ("- %d hosts, issue 30's targets (a converged host against the floor; *wall*: the median (min-max) of the "
+            "per-round ratios of no-op wall times, the hosts being the same; *controller CPU*: the ratio of the medians "
+            "of controller CPU s/host)" % size)
+    if FLOOR not in runs:
+        return [head + ": not measured (no floor variant)."], True
+    floor = runs[FLOOR]
+    floor_cpu = median([x["controller_cpu"] for x in floor]) / size
+    lines, ok_all = [head + "; floor %.3f s/host wall, %.3f s/host controller CPU:" % (
+        median([x["wall"] for x in floor]) / size, floor_cpu)], True
+    for name in ("site.yml", "drift.yml"):
+        wall_max, cpu_max = ISSUE30[name]
+        for variant in [name] + sorted(v for v in runs if v.startswith(name + " at ")):
+            if variant not in runs:
+                lines.append("  - %s: not measured (target: wall <= %sx the floor's%s)." % (
+                    name, wall_max, ", controller CPU <= %sx" % cpu_max if cpu_max else ""))
+                continue
+            mine = runs[variant]
+            walls = [m["wall"] / f["wall"] for m, f in zip(mine, floor)]
+            cpu = median([x["controller_cpu"] for x in mine]) / size
+            target = variant == name and size == ISSUE30_SIZE
+            ok_wall, ok_cpu = median(walls) <= wall_max, cpu_max is None or cpu / floor_cpu <= cpu_max
+
+            def verdict(ok, limit):
+                if limit is None:
+                    return "no target"
+                if variant != name:
+                    return "for before/after, no target (today's: <= %sx)" % limit
+                if not target:
+                    return "target <= %sx at %d hosts, none at this size" % (limit, ISSUE30_SIZE)
+                return "%s; target <= %sx" % ("met" if ok else "MISSED", limit)
+
+            if target:
+                ok_all &= ok_wall and ok_cpu
+            lines.append("  - %s: wall %.3f s/host, %sx the floor's (%s); controller CPU %.3f s/host, %.2fx the floor's "
+                         "(%s)." % (variant, median([x["wall"] for x in mine]) / size, spread(walls),
+                                    verdict(ok_wall, wall_max), cpu, cpu / floor_cpu, verdict(ok_cpu, cpu_max)))
+    return lines, ok_all
+
+
 def paired_verdicts(results):
     lines, ok_all = [], True
 
@@ -648,37 +745,71 @@ def paired_verdicts(results):
         return median([o["wall"] / m["wall"] for o, m in zip(r["runs"][name], r["runs"]["site.yml"])])
 
     for r in results:
-        size = r["hosts"]
-        base, today, drift = ratio(r, "baseline"), ratio(r, "site.yml, every module"), ratio(r, "drift.yml")
-        drift_ok = drift <= 1.0
+        size, runs = r["hosts"], r["runs"]
         goal = size >= 16
-        ok = (base >= 8 and today >= 2) if goal else True
-        ok_all &= ok
-        lines.append("- %d hosts: no-op site.yml %.2fx faster than the baseline and %.2fx faster than site.yml running "
-                     "every module (%s); drift.yml takes %.2fx site.yml's no-op time (target <= 1 at 32 hosts)." % (
-                         size, base, today, ("met" if ok else "MISSED") + "; target >= 8x and >= 2x" if goal
-                         else "no target at this size", drift))
-        if size == 32:
-            ok_all &= drift_ok
+        if "site.yml" not in runs:
+            lines.append("- %d hosts: site.yml not measured (no verdict against the baseline, site.yml running every "
+                         "module or drift.yml)." % size)
+        else:
+            faster = []
+            if "baseline" in runs:
+                faster.append(("the baseline", ratio(r, "baseline")))
+            if "site.yml, every module" in runs:
+                faster.append(("site.yml running every module", ratio(r, "site.yml, every module")))
+            if len(faster) == 2:
+                base, today = faster[0][1], faster[1][1]
+                ok = (base >= 8 and today >= 2) if goal else True
+                ok_all &= ok
+                text = "no-op site.yml %.2fx faster than the baseline and %.2fx faster than site.yml running every " \
+                       "module (%s)" % (base, today, ("met" if ok else "MISSED") + "; target >= 8x and >= 2x" if goal
+                                        else "no target at this size")
+            else:
+                missing = [name for name in ("the baseline", "site.yml running every module")
+                           if name not in dict(faster)]
+                if faster:
+                    text = "no-op site.yml %.2fx faster than %s (%s not measured: no verdict on the target >= 8x and " \
+                           ">= 2x)" % (faster[0][1], faster[0][0], missing[0])
+                else:
+                    text = "no-op site.yml against the baseline and site.yml running every module: not measured (no " \
+                           "verdict on the target >= 8x and >= 2x)"
+            if "drift.yml" in runs:
+                drift = ratio(r, "drift.yml")
+                if size == 32:
+                    ok_all &= drift <= 1.0
+                text += "; drift.yml takes %.2fx site.yml's no-op time (target <= 1 at 32 hosts)" % drift
+            else:
+                text += "; drift.yml not measured"
+            lines.append("- %d hosts: %s." % (size, text))
         touched = r["noop_docker"]["restarts"] + r["noop_docker"]["reloads"] + sum(
-            x["changed"] for runs in r["runs"].values() for x in runs)
-        floor_name = "floor (one ping per host)"
-        if floor_name in r["runs"]:
+            x["changed"] for variant_runs in runs.values() for x in variant_runs)
+        if FLOOR in runs and "site.yml" in runs:
             lines.append("  reference: site.yml's no-op run takes %.2fx the floor, one module round trip per host "
                          "and nothing else (%.1f s): the least a converged host can cost here." % (
-                             1.0 / ratio(r, floor_name), median([x["wall"] for x in r["runs"][floor_name]])))
+                             1.0 / ratio(r, FLOOR), median([x["wall"] for x in runs[FLOOR]])))
         if "every_module_first" in r:
             mine, today_first = r["first"]["wall"], r["every_module_first"]["wall"]
             lines.append("  first run on fresh hosts: site.yml %.1f s, site.yml running every module %.1f s: %.2fx (one "
                          "run each, not a verdict: --first-runs measures the first-run target in rounds)." % (
                              mine, today_first, mine / today_first))
-        ok = touched == 0 and r["noop_canary_down"] == 0 and r["first"]["docker"]["restarts"] == 0 and r["first"]["canary_down"] == 0
+        if "first" in r:
+            ok = touched == 0 and r["noop_canary_down"] == 0 and r["first"]["docker"]["restarts"] == 0 and \
+                r["first"]["canary_down"] == 0
+            lines.append("  first run %.1f s, %d dockerd restarts; no-op rounds: %d changes, restarts or reloads, "
+                         "%d canaries down (%s; target 0, 0, 0)." % (r["first"]["wall"], r["first"]["docker"]["restarts"],
+                                                                     touched, r["noop_canary_down"],
+                                                                     "met" if ok else "MISSED"))
+        else:
+            ok = touched == 0 and r["noop_canary_down"] == 0
+            lines.append("  no-op rounds: %d changes, restarts or reloads, %d canaries down (%s; target 0, 0)." % (
+                touched, r["noop_canary_down"], "met" if ok else "MISSED"))
         ok_all &= ok
-        lines.append("  first run %.1f s, %d dockerd restarts; no-op rounds: %d changes, restarts or reloads, "
-                     "%d canaries down (%s; target 0, 0, 0)." % (r["first"]["wall"], r["first"]["docker"]["restarts"],
-                                                                 touched, r["noop_canary_down"], "met" if ok else "MISSED"))
-    if len(results) > 1:
-        per_host = [(r["hosts"], median([x["wall"] for x in r["runs"]["site.yml"]]) / r["hosts"]) for r in results]
+        if "site.yml" in runs or "drift.yml" in runs:
+            more, ok = issue30_lines(r)
+            lines += more
+            ok_all &= ok
+    with_site = [r for r in results if "site.yml" in r["runs"]]
+    if len(with_site) > 1:
+        per_host = [(r["hosts"], median([x["wall"] for x in r["runs"]["site.yml"]]) / r["hosts"]) for r in with_site]
         flat = per_host[-1][1] <= per_host[0][1] * 1.3
         ok_all &= flat
         lines.append("- site.yml no-op wall s/host: %s (%s; flat = within 1.3x of the smallest fleet)." % (
@@ -688,21 +819,34 @@ def paired_verdicts(results):
 
 def write_paired(results, args, command, started, finished, outdir):
     lines, unused = paired_verdicts(results)
+    names = list(results[-1]["runs"])
+    reference = results[-1].get("reference")
+    refs = [name for name in names if " at " in name]
+    if "baseline" in names:
+        layout = ("- Per size N, one fresh lab of 2N hosts (kinds `%s` handed out in turn, %s GPUs per host, seed %s; "
+                  "forks = N, cap %d) in two halves: site.yml and its variants run on the first N hosts, the baseline "
+                  "on the other N (`--limit`), since the baseline rewrites the units and daemon.json site.yml manages. "
+                  "Each half's first run, " % (args.kinds, args.gpus, args.seed, args.forks_cap))
+    else:
+        layout = ("- Per size N, one fresh lab of N hosts (kinds `%s` handed out in turn, %s GPUs per host, seed %s; "
+                  "forks = N, cap %d), no baseline half: every variant runs on the same N hosts. site.yml's first run, "
+                  % (args.kinds, args.gpus, args.seed, args.forks_cap))
+    layout += ("then %d rounds of every no-op variant, each round in its own order (it starts two variants further on "
+               "and steps through the list by 1, 2, 3 ...), so that no variant always runs first, last or after the same "
+               "one." % args.paired)
+    about = [PAIRED_ABOUT[name] for name in names if name in PAIRED_ABOUT]
+    if refs:
+        about.append("%s (the collection's playbooks, roles and plugins as they were at commit %s, unpacked from "
+                     "`git archive` and found through ANSIBLE_COLLECTIONS_PATH, run on site.yml's converged hosts in the "
+                     "same rounds: before and after, no target)" % (" and ".join("`%s`" % name for name in refs),
+                                                                    reference))
+    variants_text = "- Variants: %s." % "; ".join(about)
+    if "site.yml, every module" in names:
+        variants_text += (" Up to %d hosts a size, the lab has a third part of N fresh hosts for the first run of "
+                          "`site.yml, every module`, against site.yml's own first run." % args.first_compare_max)
     md = report_head("Fleet benchmark, paired mode: no-op re-runs interleaved on one fleet",
                      "Generated by `tests/benchmark/fleet_bench.py --paired %d`." % args.paired,
-                     command, started, finished) + [
-          "- Per size N, one fresh lab of 2N hosts (kinds `%s` handed out in turn, %s GPUs per host, seed %s; forks = N, "
-          "cap %d) in two halves: site.yml and its variants run on the first N hosts, the baseline on the other N "
-          "(`--limit`), since the baseline rewrites the units and daemon.json site.yml manages. Each half's first run, "
-          "then %d rounds of every no-op variant, each round in its own order (it starts two variants further on and "
-          "steps through the list by 1, 2, 3 ...), so that no variant always runs first, last or after the same one." % (
-              args.kinds, args.gpus, args.seed, args.forks_cap, args.paired),
-          "- Variants: `site.yml` (node_state first, a concern only where it drifted); `site.yml, every module` "
-          "(`-e gpu_node_evaluate_first=false`: every concern's module every run, as site.yml did before node_state); "
-          "`baseline` (the task-per-step playbook); `drift.yml` (the drift report); `floor (one ping per host)` "
-          "(`tests/benchmark/floor.yml`, not a target: one module round trip per host and nothing else, the least a "
-          "converged host can cost on this lab). Up to %d hosts a size, the lab has a third part of N fresh hosts for "
-          "the first run of `site.yml, every module`, against site.yml's own first run." % args.first_compare_max, "",
+                     command, started, finished) + [layout, variants_text, "",
           "## Results", "", paired_table(results), "", first_runs_table(results), "",
           "*controller CPU* is the user+system CPU of ansible-playbook and its children on the controller; "
           "*machine CPU* the whole machine's busy time (controller and lab hosts share it).", "",
@@ -914,6 +1058,12 @@ def main():
     parser.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
                         help="paired mode: per size one fleet, site.yml's first run, then ROUNDS rounds of the no-op "
                              "variants interleaved (writes paired.md and paired.json)")
+    parser.add_argument("--paired-variants", metavar="KEYS",
+                        help="paired mode: the no-op variants, a comma list of %s (default: all); without baseline "
+                             "the lab has no baseline half, without every no third part" % ", ".join(PAIRED_KEYS))
+    parser.add_argument("--paired-ref", metavar="COMMIT",
+                        help="paired mode: also that commit's site.yml and drift.yml (its playbooks and collection), "
+                             "on site.yml's hosts in the same rounds")
     parser.add_argument("--first-runs", type=int, default=0, metavar="ROUNDS",
                         help="first-run mode: per size ROUNDS rounds, each on a fresh lab, of the first run of site.yml, "
                              "of site.yml running every module and (--first-ref) of another commit's site.yml "
@@ -921,6 +1071,15 @@ def main():
     parser.add_argument("--first-ref", metavar="COMMIT",
                         help="first-run mode: the commit whose site.yml's first run site.yml is held against")
     args = parser.parse_args()
+    if args.paired_variants is not None:
+        keys = [key.strip() for key in args.paired_variants.split(",") if key.strip()]
+        unknown = [key for key in keys if key not in PAIRED_KEYS]
+        if unknown or not keys:
+            parser.error("--paired-variants: %s (choose from %s)" % (
+                "unknown %s" % ", ".join(unknown) if unknown else "none given", ", ".join(PAIRED_KEYS)))
+        args.paired_variants = ",".join(keys)
+    if (args.paired_variants is not None or args.paired_ref) and not args.paired:
+        parser.error("--paired-variants and --paired-ref need --paired")
     if os.geteuid() != 0:
         sys.exit("fleet_bench: run as root (the lab needs it)")
     command = " ".join([".venv/bin/python", os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:])
@@ -945,8 +1104,9 @@ def main():
         broken = broken or any(x["rc"] != 0 for r in results for runs in r["runs"].values() for x in runs)
         return 1 if broken or (args.strict and not ok) else 0
     if args.paired:
+        reference = reference_tree(args.paired_ref, workroot) if args.paired_ref else None
         results, broken = each_size(
-            args, "paired", lambda size: bench_paired(size, args, workroot),
+            args, "paired", lambda size: bench_paired(size, args, workroot, reference),
             lambda done: write_paired(done, args, command, started, datetime.datetime.now(datetime.timezone.utc),
                                       args.out))
         if not results:
@@ -957,7 +1117,7 @@ def main():
         print("\n".join(lines))
         write_paired(results, args, command, started, finished, args.out)
         broken = broken or any(x["rc"] != 0 for r in results for runs in r["runs"].values() for x in runs) or any(
-            r["first"]["rc"] != 0 for r in results)
+            r["first"]["rc"] != 0 for r in results if "first" in r)
         return 1 if broken or (args.strict and not ok) else 0
     try:
         for size in [int(s) for s in args.sizes.split(",")]:
