@@ -139,7 +139,7 @@ def test_trixie_hosts_are_systemd_hosts_of_their_own_rootfs_always_on_cgroup_v2(
     NVIDIA daemon, and cgroup v2 whatever --cgroup says."""
     assert lab.KIND_SPECS["trixie"][:2] == ("systemd", "systemd")
     assert lab.kind_root("trixie") == lab.ROOTFS / "trixie" and lab.kind_root("systemd") == lab.BASE
-    assert lab.suites_of(["systemd", "sysvinit"]) == [] and lab.suites_of(None) == ["trixie"]
+    assert lab.suites_of(["systemd", "sysvinit"]) == [] and lab.suites_of(None) == ["forky", "trixie"]
     assert lab.suite_hash("trixie") != lab.base_hash() and "docker-cli" in lab.TRIXIE_PACKAGES
     assert lab.gpu_description("h5", "2", "s", "trixie")["driver_version"] == "550.163.01"
     assert lab.gpu_description("h5", "2", "s")["driver_version"] == lab.DRIVER_VERSION
@@ -157,3 +157,57 @@ def test_trixie_hosts_are_systemd_hosts_of_their_own_rootfs_always_on_cgroup_v2(
     hosts = children["gpu_nodes"]["hosts"]
     assert [(hosts[h]["lab_suite"], hosts[h]["lab_cgroup"]) for h in ("h1", "h2")] == \
         [("bookworm", "v1"), ("trixie", "v2")]
+
+
+def test_forky_hosts_are_testing_systemd_hosts_of_their_own_rootfs_always_on_cgroup_v2(lab, tmp_path, monkeypatch):
+    """A Debian testing host: like trixie (systemd, its own rootfs and stamp, cgroup v2 whatever --cgroup says:
+    systemd 258 has no cgroup v1), debootstrapped with sid's script, its versions recorded rather than pinned, and
+    the fake driver following the NVIDIA daemon its rootfs really has."""
+    assert lab.KIND_SPECS["forky"][:2] == ("systemd", "systemd")
+    assert lab.kind_suite("forky") == "forky" and lab.kind_root("forky") == lab.ROOTFS / "forky"
+    assert lab.suites_of(["forky"]) == ["forky"] and lab.suites_of(["trixie", "forky"]) == ["forky", "trixie"]
+    assert len({lab.suite_hash(s) for s in ("bookworm", "trixie", "forky")}) == 3
+    assert "docker-cli" in lab.FORKY_PACKAGES and lab.DEBOOTSTRAP_SCRIPT.get("forky") == "sid"
+    assert "forky" in lab.MOVING_SUITES and "trixie" not in lab.MOVING_SUITES
+    v1, v2 = (type("Args", (), {"cgroup": c})() for c in ("v1", "v2"))
+    assert [lab.cgroup_of("forky", a) for a in (v1, v2)] == ["v2", "v2"]
+    assert lab.BOOTED_CHECK["forky"] == lab.BOOTED_CHECK["systemd"]
+    # the driver: SUITE_DRIVER_VERSION while the rootfs's daemon is that version (or not built) ...
+    monkeypatch.setattr(lab, "suite_versions", lambda suite, root=None: {})
+    assert lab.gpu_description("h6", "2", "s", "forky")["driver_version"] == lab.SUITE_DRIVER_VERSION["forky"]
+    monkeypatch.setattr(lab, "suite_versions", lambda suite, root=None: {"nvidia-persistenced": "550.163.01-1"})
+    assert lab.gpu_description("h6", "2", "s", "forky")["driver_version"] == "550.163.01"
+    # ... and the daemon's own when testing moved it; trixie (stable) keeps its table entry
+    monkeypatch.setattr(lab, "suite_versions", lambda suite, root=None: {"nvidia-persistenced": "580.95.05-1"})
+    assert lab.gpu_description("h6", "2", "s", "forky")["driver_version"] == "580.95.05"
+    assert lab.gpu_description("h5", "2", "s", "trixie")["driver_version"] == "550.163.01"
+    assert lab.upstream_version("1:26.1.5+dfsg1-9+deb13u1") == "26.1.5" and lab.upstream_version(None) is None
+    state = {"hosts": {"h5": {"kind": "trixie", "ip": "10.250.0.15", "cgroup": "v2",
+                              "gpus": lab.gpu_description("h5", "1", "s", "trixie")},
+                       "h6": {"kind": "forky", "ip": "10.250.0.16", "cgroup": "v2",
+                              "gpus": lab.gpu_description("h6", "1", "s", "forky")}}}
+    yml = tmp_path / "inv.yml"
+    lab.write_inventory(state, yml, "yaml")
+    children = json.loads(yml.read_text().split("\n", 1)[1])["all"]["children"]
+    assert list(children["systemd"]["hosts"]) == ["h5", "h6"] and list(children["forky"]["hosts"]) == ["h6"]
+    hosts = children["gpu_nodes"]["hosts"]
+    assert (hosts["h6"]["lab_suite"], hosts["h6"]["lab_cgroup"], hosts["h6"]["lab_init_system"]) == \
+        ("forky", "v2", "systemd")
+
+
+def test_suite_versions_reads_the_rootfs_dpkg_database(lab, tmp_path):
+    """What `lab build` prints and `lab status` shows: the rootfs's own dpkg database, the interpreter python3
+    names included; nothing for a rootfs not built."""
+    assert lab.suite_versions("forky", tmp_path / "none") == {}
+    dpkg = tmp_path / "var/lib/dpkg"
+    (dpkg / "info").mkdir(parents=True)
+    (dpkg / "updates").mkdir()
+    (dpkg / "status").write_text("".join(
+        "Package: %s\nStatus: install ok installed\nArchitecture: amd64\nVersion: %s\nMaintainer: x\n"
+        "Description: x\n\n" % pv for pv in (("systemd", "262-1"), ("python3", "3.14.7-3"),
+                                             ("python3.14", "3.14.8-1"), ("zsh", "5.9-8"))))
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/python3").symlink_to("python3.14")
+    found = lab.suite_versions("forky", tmp_path)
+    assert found == {"systemd": "262-1", "python3": "3.14.7-3", "python3.14": "3.14.8-1"}
+    assert lab.describe_versions(found) == "systemd 262-1, python3 3.14.7-3, python3.14 3.14.8-1"
