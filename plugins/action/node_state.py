@@ -22,6 +22,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _results
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._bundled import BundledDaemonAction
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_action import missing
 
 # The options role_vars builds: none of them may be given with it.
 BUILT = _results.CONCERNS + ('engines',)
@@ -51,7 +52,5 @@ class ActionModule(BundledDaemonAction):
         try:
             args.update(_role_options.node_state_args(resolve))
         except _role_options.MissingVariable as exc:
-            raise AnsibleActionFail('role_vars: the role variable %s is not defined here; node_state with role_vars '
-                                    'runs inside gpufleet.nvidia.gpu_node, which has every role\'s defaults in scope'
-                                    % exc.args[0])
+            raise missing(exc, 'node_state (inside gpufleet.nvidia.gpu_node, which has every role\'s defaults)')
         return args

@@ -18,3 +18,4 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._bundled import Bu
 class ActionModule(BundledDaemonAction):
 
     MODULE = 'gpufleet.nvidia.persistenced'
+    CONCERN = 'persistenced'

@@ -28,9 +28,15 @@ class Concern(object):
         self.run = run
         self.checks = checks
 
+    def argument_spec(self):
+        """The module's whole argument spec: ``spec`` and ``role_vars``, which the module's action plugin handles
+        (plugin_utils/_role_action.py) and never sends, in the spec so that the documented option is one the module
+        has (node_state validates a concern's options against this same spec)."""
+        return dict(self.spec, role_vars=dict(type='bool', default=False))
+
     def module_args(self):
         """The keyword arguments of the concern module's AnsibleModule."""
-        args = dict(argument_spec=self.spec, supports_check_mode=True)
+        args = dict(argument_spec=self.argument_spec(), supports_check_mode=True)
         args.update(self.checks)
         return args
 

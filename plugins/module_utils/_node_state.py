@@ -53,7 +53,7 @@ class ConcernModule(object):
         self.check_mode = True
         self._diff = diff
         self.warnings = []
-        validated = ArgumentSpecValidator(concern.spec, **concern.checks).validate(dict(params))
+        validated = ArgumentSpecValidator(concern.argument_spec(), **concern.checks).validate(dict(params))
         if validated.error_messages:
             raise ConcernExit({'msg': '%s: %s' % (concern.module, '; '.join(validated.error_messages))}, True)
         self.params = validated.validated_parameters

@@ -30,6 +30,7 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.role_vars
   - gpufleet.nvidia.attributes.INFO_MODULE
 options:
   state:

@@ -51,6 +51,7 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.role_vars
 attributes:
   check_mode:
     support: full

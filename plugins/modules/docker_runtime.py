@@ -55,6 +55,7 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.role_vars
   - gpufleet.nvidia.verify
 attributes:
   check_mode:

@@ -26,6 +26,7 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.role_vars
   - gpufleet.nvidia.attributes.FULL
   - gpufleet.nvidia.gpu_access
 options:

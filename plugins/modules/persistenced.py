@@ -37,11 +37,14 @@ author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
+  - gpufleet.nvidia.role_vars
   - gpufleet.nvidia.attributes.FULL
 attributes:
   action:
     support: full
     description: An action plugin hands the bundled daemon's text from the collection to the module.
+    details:
+      - With O(role_vars), the action plugin also builds the module's options from the roles' variables.
 options:
   state:
     description:

@@ -17,6 +17,8 @@ import zlib
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_action import RoleVarsAction
+
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                        'files', 'gpufleet-persistenced')
 
@@ -31,29 +33,20 @@ def bundled_source():
         raise AnsibleActionFail('cannot read the bundled daemon %s from the collection: %s' % (BUNDLED, exc))
 
 
-class BundledDaemonAction(ActionBase):
+class BundledDaemonAction(RoleVarsAction):
     """An action that runs its module (``MODULE``) with the bundled daemon's text added when ``wants(args)``."""
-
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = False
-    MODULE = None
 
     def wants(self, args):
         return True
 
-    def module_args(self, args, task_vars):
-        """The module's arguments from the task's (``args``, a copy, may be changed)."""
-        return args
-
     def run(self, tmp=None, task_vars=None):
-        result = super(BundledDaemonAction, self).run(tmp, task_vars)
-        args = self.module_args(dict(self._task.args), task_vars)
-        if 'bundled_source' in args:
+        result = ActionBase.run(self, tmp, task_vars)
+        if 'bundled_source' in self._task.args:
             raise AnsibleActionFail('bundled_source is internal to %s; do not set it' % self.MODULE)
+        args = self.module_args(dict(self._task.args), task_vars)
         if self.wants(args):
             args['bundled_source'] = bundled_source()
-        result.update(self._execute_module(module_name=self.MODULE, module_args=args, task_vars=task_vars))
+        result = self.execute(result, args, task_vars)
         # The module echoes its options back (invocation.module_args): not the daemon's text, which the
         # controller has already (22 KB a host, to be parsed, registered and templated for nothing).
         # Whether an option that was not sent is echoed (as its default, None) differs between ansible-core

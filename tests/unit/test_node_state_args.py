@@ -1,14 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_node hands node_state each concern's options exactly as that concern's role hands its module.
+"""Which role variable gives each option of each concern's module: one table, read by the roles and node_state.
 
-node_state (role_vars: true, roles/gpu_node/tasks/evaluate.yml) evaluates what a concern's module
-would do with the options its action plugin builds from the roles' variables
-(plugins/plugin_utils/_role_options.py); the concern runs with the options of its own role's task
-(a template per option). If the two drifted apart, node_state would judge one configuration and the
-role apply another. Both are resolved with Ansible's own templar, with the roles' defaults and with
-each variable they read changed in turn, and held equal.
+Each concern's role calls its module with ``role_vars: true`` and gpu_node calls node_state with
+``role_vars: true``: both actions build the options from plugins/plugin_utils/_role_options.py, so
+node_state judges exactly the configuration the role applies. (Before the roles read it, the table
+was held equal to the roles' own task templates, each variable changed in turn.) These tests hold
+the table to the modules' and the roles' argument specs, resolve it with Ansible's own templar over
+the roles' defaults, and change each variable it reads in turn.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -86,9 +86,13 @@ def built(**changed):
 
 
 def read_by(concern):
-    """The role variables the concern's role task reads."""
-    text = yaml.safe_dump(task_args(*TASKS[concern]))
-    return sorted(set(re.findall(r'\b(?:persistenced|gpu_persistence|container_toolkit|container_runtime|gpu_node)_\w+', text)))
+    """The role variables the table reads for the concern's options."""
+    names = set()
+    for unused_option, variable, when in _role_options.OPTIONS[concern]:
+        names.add(variable)
+        if isinstance(when, tuple):
+            names.add(when[1])
+    return sorted(names)
 
 
 def another(value):
@@ -121,24 +125,48 @@ def test_the_table_reads_what_the_roles_define():
 
 
 @pytest.mark.parametrize('concern', sorted(TASKS))
-def test_node_state_gets_what_the_role_passes(concern):
-    role_args = task_args(*TASKS[concern])
+def test_each_role_calls_its_module_through_the_table(concern):
+    assert task_args(*TASKS[concern]) == {'role_vars': True}
+    assert _concerns.CONCERNS[concern].module == TASKS[concern][1].split('.')[-1]
+
+
+@pytest.mark.parametrize('concern', sorted(TASKS))
+def test_every_variable_of_the_table_reaches_its_option(concern):
+    spec = _concerns.CONCERNS[concern].spec
+    defaults = built()[concern]
     varied = 0
     for label, changed in variations(concern):
-        expected = render(role_args, **changed)
-        assert built(**changed)[concern] == expected, '%s with %s' % (concern, label)
-        # and only options the concern's module has
-        assert set(expected) <= set(_concerns.CONCERNS[concern].spec)
-        varied += expected != render(role_args)
-    # every variable the role's task reads changes what it passes, so each comparison above could have failed
+        options = built(**changed)[concern]
+        # only options the concern's module has
+        assert set(options) <= set(spec), label
+        varied += options != defaults
+    # every variable the table reads for the concern changes what the module gets: none is read for nothing
     assert varied == len(read_by(concern)) > 0
 
 
-def test_the_check_would_see_a_changed_option():
-    # A role task that stopped reading container_runtime_args (equal under the defaults, [] both) is caught.
-    changed = dict(task_args(*TASKS['docker']), runtime_args='{{ [] }}')
-    differ = [label for label, varied in variations('docker') if render(changed, **varied) != built(**varied)['docker']]
-    assert differ == ['container_runtime_args']
+def test_containerd_gets_the_role_defaults():
+    # one concern written out: what containerd_runtime gets from the container_runtime role's defaults
+    assert built()['containerd'] == {
+        'path': '/etc/containerd/config.toml', 'name': 'nvidia', 'take_over': False, 'state': 'present',
+        'backup': False, 'apply': 'auto', 'service_name': 'containerd', 'apply_timeout': 60, 'verify': True,
+        'verify_image': '', 'verify_devices': ['all']}
+    changed = built(container_runtime_path='/opt/nvidia/runtime', container_runtime_default=True)['containerd']
+    assert (changed['runtime_path'], changed['default_runtime']) == ('/opt/nvidia/runtime', True)
+
+
+@pytest.mark.parametrize('role', ['persistenced', 'gpu_persistence', 'container_toolkit', 'container_runtime'])
+def test_every_role_variable_is_read(role):
+    # each variable a role documents is read by the table or by the role's own tasks and vars: moving the modules'
+    # options into the table left none behind
+    options = load('roles/%s/meta/argument_specs.yml' % role)['argument_specs']['main']['options']
+    text = ''
+    for folder in ('tasks', 'vars'):
+        directory = os.path.join(ROOT, 'roles', role, folder)
+        for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+            with open(os.path.join(directory, name)) as handle:
+                text += handle.read()
+    table = set(_role_options.variables_read())
+    assert [name for name in options if name not in table and not re.search(r'\b%s\b' % name, text)] == []
 
 
 @pytest.mark.parametrize('changed, left_out', [
@@ -157,11 +185,13 @@ def test_a_concern_switched_off_is_left_out(changed, left_out):
     assert args['engines'] == ([] if 'docker' in left_out else ['auto'])
 
 
-def test_a_variable_set_to_omit_leaves_the_option_out_as_the_role_task_does():
-    changed = dict((name, trust_as_template('{{ omit }}')) for name in ('container_runtime_path', 'persistenced_verbose'))
-    for concern, option in (('docker', 'runtime_path'), ('persistenced', 'verbose')):
-        expected = render(task_args(*TASKS[concern]), **changed)
-        assert option not in expected and built(**changed)[concern] == expected
+def test_a_variable_set_to_omit_leaves_the_option_out_as_a_task_template_would():
+    names = {('docker', 'name'): 'container_runtime_name', ('persistenced', 'verbose'): 'persistenced_verbose'}
+    changed = dict((name, trust_as_template('{{ omit }}')) for name in names.values())
+    for (concern, option), name in names.items():
+        assert option in built()[concern] and option not in built(**changed)[concern]
+        # what a task's own template does with it: the option is gone
+        assert render({option: '{{ %s }}' % name, 'other': 1}, **changed) == {'other': 1}
 
 
 def test_gpu_persistence_modes_replace_gpus_and_mode():

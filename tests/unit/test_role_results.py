@@ -16,6 +16,8 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options
+
 from core_compat import evaluate_conditional, trust_as_template
 
 from role_templates import site_summary, templar, trusted_tree
@@ -296,9 +298,10 @@ def test_verification_tasks_pass_the_options_and_fail_only_on_a_failed_run(engin
     role_tasks = tasks('container_runtime', engine + '.yml')
     module = role_tasks[0]['gpufleet.nvidia.%s_runtime' % engine]
     assert role_tasks[0]['register'] == registered
-    assert (module['verify'], module['verify_image'], module['verify_devices']) == (
-        '{{ container_runtime_verify }}', '{{ container_runtime_verify_image }}',
-        '{{ container_runtime_verify_devices }}')
+    assert module == {'role_vars': True}
+    read = dict((option, variable) for option, variable, unused in _role_options.OPTIONS[engine])
+    assert (read['verify'], read['verify_image'], read['verify_devices']) == (
+        'container_runtime_verify', 'container_runtime_verify_image', 'container_runtime_verify_devices')
     assert len(role_tasks) == 3
     conditions = dict((task['name'].split(' ')[0], task['when']) for task in role_tasks[1:])
 
@@ -349,11 +352,10 @@ def test_each_engine_runs_only_when_listed_and_auto_asks_the_host_only_when_name
                      if evaluate_conditional(variables, trust_as_template(when)))
         assert ran == sorted(listed)
     # Each engine's module gets the shared options under its own names.
-    containerd = tasks('container_runtime', 'containerd.yml')[0]['gpufleet.nvidia.containerd_runtime']
-    crio = tasks('container_runtime', 'crio.yml')[0]['gpufleet.nvidia.crio_runtime']
-    for module in (containerd, crio):
-        assert module['apply_timeout'] == '{{ container_runtime_timeout }}'
-        assert module['name'] == '{{ container_runtime_name }}' and module['state'] == '{{ container_runtime_state }}'
+    for concern in ('containerd', 'crio', 'docker'):
+        read = dict((option, variable) for option, variable, unused in _role_options.OPTIONS[concern])
+        assert (read['apply_timeout'], read['name'], read['state']) == (
+            'container_runtime_timeout', 'container_runtime_name', 'container_runtime_state')
 
 
 def test_reload_is_refused_before_anything_changes_when_containerd_is_listed():

@@ -27,8 +27,8 @@ def action(cls, args):
     plugin = cls(task, mock.MagicMock(), PlayContext(), loader=None, templar=None, shared_loader_obj=None)
     sent = {}
 
-    def execute_module(module_name, module_args, task_vars):
-        sent.update(module_name=module_name, module_args=dict(module_args))
+    def execute_module(module_name, module_args, task_vars, wrap_async=False):
+        sent.update(module_name=module_name, module_args=dict(module_args), wrap_async=wrap_async)
         # as AnsibleModule.exit_json does: the options echoed back
         return {'changed': False, 'invocation': {'module_args': dict(module_args)}}
 
@@ -70,3 +70,30 @@ def test_a_user_cannot_hand_over_a_daemon_of_their_own():
     with pytest.raises(AnsibleActionFail, match='internal'):
         plugin.run(task_vars={})
     assert not sent
+
+
+def test_a_concern_action_takes_the_roles_variables_and_keeps_async():
+    from ansible_collections.gpufleet.nvidia.plugins.action.containerd_runtime import ActionModule as ContainerdAction
+    from ansible.template import Templar
+    from ansible.parsing.dataloader import DataLoader
+    variables = {'container_runtime_containerd_config': '/etc/containerd/config.toml', 'container_runtime_name': 'nvidia',
+                 'container_runtime_path': None, 'container_runtime_default': True,
+                 'container_runtime_containerd_take_over': False, 'container_runtime_state': 'present',
+                 'container_runtime_backup': False, 'container_runtime_apply': 'auto',
+                 'container_runtime_containerd_service_name': 'containerd', 'container_runtime_timeout': 60,
+                 'container_runtime_verify': True, 'container_runtime_verify_image': '',
+                 'container_runtime_verify_devices': ['all']}
+    plugin, sent = action(ContainerdAction, {'role_vars': True})
+    plugin._templar = Templar(loader=DataLoader(), variables=variables)
+    plugin._task.async_val = 30
+    plugin.run(task_vars=variables)
+    assert sent['module_name'] == 'gpufleet.nvidia.containerd_runtime' and sent['wrap_async'] == 30
+    assert sent['module_args']['default_runtime'] is True and 'runtime_path' not in sent['module_args']
+    assert sent['module_args']['path'] == '/etc/containerd/config.toml' and 'role_vars' not in sent['module_args']
+    # a task's own options, without role_vars, go to the module as they are
+    plugin, sent = action(ContainerdAction, {'path': '/x.toml', 'apply': 'none'})
+    plugin.run(task_vars={})
+    assert sent['module_args'] == {'path': '/x.toml', 'apply': 'none'} and sent['wrap_async'] == 0
+    plugin, sent = action(ContainerdAction, {'role_vars': True, 'path': '/x.toml'})
+    with pytest.raises(AnsibleActionFail, match='do not also give path'):
+        plugin.run(task_vars=variables)
