@@ -37,7 +37,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError, ServiceError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._options import Options
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import found_by
 
 CRI_PLUGIN = 'cri'
@@ -167,7 +167,7 @@ def find_pid(config_path, pids, default_path=cd.DEFAULT_PATH):
 
 def log_files(service):
     """Where a SysV script or an Upstart job of ``service`` logs (systemd: the journal)."""
-    return _service.log_files(service)
+    return _init_files.log_files(service)
 
 
 def containerd_error(log):

@@ -46,7 +46,8 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPIError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, HostFileError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import INIT_SYSTEMS, Service, unit_mode, unit_path
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_files import INIT_SYSTEMS, unit_mode, unit_path
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
 
 DEV_ROOT = '/dev'
 CHAR_DIR = 'char'

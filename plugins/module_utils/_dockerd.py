@@ -18,7 +18,8 @@ import re
 import shlex
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service, log_files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_files import log_files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
 
 DEFAULT_PIDFILES = ('/var/run/docker.pid', '/run/docker.pid')
 

@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover  (Python 2 never reaches the host side)
     from pipes import quote as sh_quote
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 
 MARKER = 'Managed by gpufleet.nvidia'
@@ -52,8 +52,8 @@ class ConfigError(GpufleetError):
 
 
 def unit_path(init_system, service):
-    """The persistence daemon's unit, SysV script or Upstart job (``_service.INIT_SYSTEMS``)."""
-    return _service.unit_path(init_system, service)
+    """The persistence daemon's unit, SysV script or Upstart job (``_init_files.INIT_SYSTEMS``)."""
+    return _init_files.unit_path(init_system, service)
 
 
 def validate(params):

@@ -29,7 +29,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenc
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, HostFileError, ServiceError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
 
 BINARY_MODE = 0o755
@@ -117,7 +117,7 @@ class Deployer(object):
         self.init = init
         self.service = persistence_service(init, p['service_name'], self.run, tools)
         self.unit_path = pd.unit_path(init, p['service_name'])
-        self.unit_mode = _service.unit_mode(init)
+        self.unit_mode = _init_files.unit_mode(init)
         self.result.update(init_system=init, unit_path=self.unit_path, user=p['user'], group=p['group'])
 
     def resolve_identity(self):

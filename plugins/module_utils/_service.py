@@ -59,30 +59,6 @@ UPSTART_ALREADY_STARTED = ('Job is already running',)
 # systemctl is-enabled answers that mean "starts at boot".
 SYSTEMD_ENABLED = ('enabled', 'enabled-runtime', 'alias', 'static', 'generated')
 
-# Per init system, the one table every concern reads: where a service's definition lives (``%s``: its name), that
-# file's mode, and where the service's own output goes (systemd: the journal, read with journalctl).
-INIT_SYSTEMS = {
-    'systemd': {'unit': '/etc/systemd/system/%s.service', 'unit_mode': 0o644, 'log': None},
-    'sysvinit': {'unit': '/etc/init.d/%s', 'unit_mode': 0o755, 'log': '/var/log/%s.log'},
-    'upstart': {'unit': '/etc/init/%s.conf', 'unit_mode': 0o644, 'log': '/var/log/upstart/%s.log'},
-}
-
-
-def unit_path(init_system, service):
-    """The file that defines ``service`` under ``init_system`` (a systemd unit, a SysV script, an Upstart job)."""
-    return INIT_SYSTEMS[init_system]['unit'] % service
-
-
-def unit_mode(init_system):
-    """That file's mode: a SysV script is executable."""
-    return INIT_SYSTEMS[init_system]['unit_mode']
-
-
-def log_files(service):
-    """Where ``service`` writes its output when a SysV script or an Upstart job runs it (both are looked at: an
-    Upstart host can run a SysV script through its rc job)."""
-    return tuple(INIT_SYSTEMS[init]['log'] % service for init in ('sysvinit', 'upstart'))
-
 
 def found_by(service, pid, warnings):
     """How ``service``'s process ``pid`` was identified (``Service.evidence``), for a module's result, else None;
