@@ -217,12 +217,18 @@ def test_evaluate_registers_node_state_alone_and_main_imports_it_first():
     assert [step.get('register') for step in steps if 'ansible.builtin.import_role' not in step] == ['gpu_node_state']
     assert all(step['ansible.builtin.import_role']['tasks_from'] == 'defaults.yml'
                for step in steps if 'ansible.builtin.import_role' in step)
-    check, first = tasks('gpu_node')[:2]
+    first = tasks('gpu_node')[0]
     assert first['ansible.builtin.import_tasks'] == 'evaluate.yml'
     assert first['when'] == 'gpu_node_evaluate_first | bool or gpu_node_drift_only | bool'
-    # without node_state (which checks the role's arguments in its own task), a check of their own, exactly then
+    # without node_state (which checks the role's arguments in its own task), a check of their own before any
+    # concern runs, exactly then; a converged host never reaches it (the role ends before concerns.yml)
+    check = tasks('gpu_node', 'concerns.yml')[0]
     assert 'ansible.builtin.validate_argument_spec' in check and check['tags'] == ['always']
-    assert check['when'] == 'not (%s)' % first['when']
+    assert check['when'] == 'not __gpu_node_evaluated | bool'
+    assert evaluate_conditional(templar(**dict(role_vars('gpu_node'), gpu_node_state=SKIPPED)),
+                                trust_as_template(check['when'])) is True
+    assert evaluate_conditional(templar(**dict(role_vars('gpu_node'), gpu_node_state={'run': []})),
+                                trust_as_template(check['when'])) is False
     specs = yaml.safe_load(read('roles', 'gpu_node', 'meta', 'argument_specs.yml'))['argument_specs']
     assert specs['evaluate']['options'] == specs['main']['options']
     assert '`gpu_node_state`' in read('roles', 'gpu_node', 'README.md')
