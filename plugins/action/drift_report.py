@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import json
 import os
+import stat
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -26,10 +27,29 @@ def write_report(path, report):
     """Write ``report`` as JSON to ``path`` on the controller, mode 0644, with the hosts' atomic writer: a temp file
     beside it created O_EXCL|O_NOFOLLOW, its mode set on the descriptor, renamed into place (a link at ``path`` is
     replaced, never written through); a failure leaves the old report and no temp file. Links on the way to the
-    report's directory (the operator's choice, on the controller) are followed. Raises HostFileError."""
+    report's directory (the operator's choice, on the controller) are followed. Anything else already at ``path`` (a
+    device such as /dev/null, a pipe, a directory) is refused and left as it is: the rename would replace it. Raises
+    HostFileError."""
     directory, name = os.path.split(os.path.abspath(path))
+    target = os.path.join(os.path.realpath(directory), name)
+    try:
+        mode = os.lstat(target).st_mode
+    except OSError:
+        mode = None  # nothing there yet (or the directory is missing: write_atomic says so)
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise HostFileError('%s is not a regular file (%s): the report is written to a file, atomically, which would '
+                            'replace it; give the path of a file, or an empty path to write no report'
+                            % (target, _kind(mode)))
     data = (json.dumps(report, indent=2, sort_keys=True) + '\n').encode('utf-8')
-    write_atomic(os.path.join(os.path.realpath(directory), name), data, mode=0o644)
+    write_atomic(target, data, mode=0o644)
+
+
+def _kind(mode):
+    for test, word in ((stat.S_ISCHR, 'a character device'), (stat.S_ISBLK, 'a block device'), (stat.S_ISFIFO, 'a pipe'),
+                       (stat.S_ISDIR, 'a directory'), (stat.S_ISSOCK, 'a socket')):
+        if test(mode):
+            return word
+    return 'not a file'
 
 
 class ActionModule(ActionBase):

@@ -47,8 +47,9 @@ options:
     default: {}
   path:
     description:
-      - Where to write the report as JSON on the controller, mode 0644; omitted writes nothing. A link at this name
-        is replaced, never written through.
+      - Where to write the report as JSON on the controller, mode 0644; omitted or empty writes nothing. A link at
+        this name is replaced, never written through. Anything else there that is not a regular file (a device such
+        as C(/dev/null), a pipe, a directory) is refused and left as it is, since the atomic rename would replace it.
       - A controller path, so take it from the controller's own variables (C(playbooks/drift.yml) reads
         C(hostvars['localhost'].gpufleet_drift_report)), never from a managed host's variables, since the facts a host
         returns become its host variables.

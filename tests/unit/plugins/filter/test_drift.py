@@ -99,6 +99,18 @@ def test_the_report_replaces_a_link_at_its_name_and_never_writes_through_it(tmp_
     assert victim.read_text() == 'root only' and oct(victim.stat().st_mode & 0o777) == '0o600'
 
 
+@pytest.mark.parametrize('make', ['fifo', 'directory'])
+def test_a_device_pipe_or_directory_at_the_path_is_refused_and_left_alone(tmp_path, make):
+    # /dev/null given as the report's path was replaced by a regular file holding the report (the rename): a
+    # pipe stands for a device here (no device node is made by a test).
+    from ansible_collections.gpufleet.nvidia.plugins.action import drift_report as action
+    path = tmp_path / 'sink'
+    os.mkfifo(str(path)) if make == 'fifo' else path.mkdir()
+    with pytest.raises(HostFileError, match='sink is not a regular file \\((a pipe|a directory)\\).*empty path'):
+        action.write_report(str(path), drift_report({'h1': CONVERGED}))
+    assert (path.is_fifo() if make == 'fifo' else path.is_dir()) and os.listdir(str(tmp_path)) == ['sink']
+
+
 # A host's result is untrusted data: whatever shape it has, the other hosts keep their rows and the table its lines.
 HOSTILE_SHAPES = [
     'x', ['concerns'], 42,
