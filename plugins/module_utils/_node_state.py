@@ -40,15 +40,29 @@ class ConcernExit(BaseException):
         self.failed = failed
 
 
+def _frozen(value):
+    """``value`` (a command's argv and keyword arguments) as a dictionary key."""
+    if isinstance(value, dict):
+        return tuple(sorted((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
 class ConcernModule(object):
     """What a concern's run uses of its AnsibleModule, for node_state: its own options, check mode, always.
 
     Commands and tool lookups go to node_state's AnsibleModule; warnings are
-    collected; ``fail_json``/``exit_json`` end the concern's run only.
+    collected; ``fail_json``/``exit_json`` end the concern's run only. The same
+    command with the same input is run once per node_state run (``answers``,
+    shared by the concerns): nothing here changes the host, so a second run of
+    a query would answer the same (dockerd's concern asked systemd about the
+    docker unit four times, three of them the same question).
     """
 
-    def __init__(self, module, concern, params, diff=False):
+    def __init__(self, module, concern, params, diff=False, answers=None):
         self._module = module
+        self._answers = {} if answers is None else answers
         self.concern = concern
         self.check_mode = True
         self._diff = diff
@@ -58,8 +72,15 @@ class ConcernModule(object):
             raise ConcernExit({'msg': '%s: %s' % (concern.module, '; '.join(validated.error_messages))}, True)
         self.params = validated.validated_parameters
 
-    def run_command(self, *args, **kwargs):
-        return self._module.run_command(*args, **kwargs)
+    def run_command(self, args, **kwargs):
+        try:
+            key = (_frozen(args), _frozen(kwargs))
+            hash(key)
+        except TypeError:  # an argument that cannot be a key (none of ours): asked each time
+            return self._module.run_command(args, **kwargs)
+        if key not in self._answers:
+            self._answers[key] = self._module.run_command(args, **kwargs)
+        return self._answers[key]
 
     def get_bin_path(self, arg, required=False, opt_dirs=None):
         path = self._module.get_bin_path(arg, required=False, opt_dirs=opt_dirs)
@@ -92,10 +113,11 @@ class ConcernModule(object):
         raise AssertionError('%s set a file context in check mode' % self.concern.module)
 
 
-def check(module, concern, params, diff=False):
-    """``{'converged', 'result', 'failed', 'warnings'}``: the concern module's check-mode run with ``params``."""
+def check(module, concern, params, diff=False, answers=None):
+    """``{'converged', 'result', 'failed', 'warnings'}``: the concern module's check-mode run with ``params``
+    (``answers``: the commands already run in this node_state run, and their answers)."""
     try:
-        stand_in = ConcernModule(module, concern, params, diff=diff)
+        stand_in = ConcernModule(module, concern, params, diff=diff, answers=answers)
     except ConcernExit as exc:
         return {'converged': False, 'failed': True, 'result': exc.result, 'warnings': []}
     try:
@@ -156,13 +178,13 @@ def evaluate(module, options, diff=False):
             engines = [name for name in requested if name in _concerns.ENGINES]
         requested = [name for name in requested if name not in _concerns.ENGINES or name in engines]
     engines_seconds = round(time.time() - started, 3)
-    concerns, warnings, diffs = {}, [], []
+    concerns, warnings, diffs, answers = {}, [], [], {}
     for name in requested:
         params = dict(options[name])
         if name == 'persistenced' and options.get('bundled_source'):
             params.setdefault('bundled_source', options['bundled_source'])
         started = time.time()
-        verdict = check(module, _concerns.CONCERNS[name], params, diff=diff)
+        verdict = check(module, _concerns.CONCERNS[name], params, diff=diff, answers=answers)
         verdict['seconds'] = round(time.time() - started, 3)
         verdict['changes'] = describe(name, verdict)
         concerns[name] = verdict

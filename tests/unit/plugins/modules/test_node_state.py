@@ -241,3 +241,34 @@ def test_containerd_is_asked_once_per_file_in_node_state_only(tmp_path, monkeypa
     config.write_text('version = 2\n# changed\n')
     tools.dump(str(config))
     assert len(calls) == 4
+
+
+class CountingModule(object):
+    """node_state's AnsibleModule, as far as commands go: every command it was asked to run."""
+
+    def __init__(self):
+        self.ran = []
+
+    def run_command(self, args, **kwargs):
+        self.ran.append(list(args))
+        return 0, 'answer %d' % len(self.ran), ''
+
+
+def test_a_query_is_run_once_per_node_state_run_whichever_concern_asks():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+    host, answers = CountingModule(), {}
+    first = _node_state.ConcernModule(host, _concerns.DOCKER, {}, answers=answers)
+    second = _node_state.ConcernModule(host, _concerns.DEVICE_LINKS, {}, answers=answers)
+    run_first, run_second = _module.runner(first), _module.runner(second)
+    show = ['systemctl', 'show', '-p', 'MainPID', 'docker']
+    assert run_first(show) == run_first(show) == run_second(show) == (0, 'answer 1', '')
+    # another question, or the same one with other input, is asked
+    assert run_first(show + ['-p', 'ExecStart'])[1] == 'answer 2'
+    assert run_first(['containerd', 'config', 'dump'], data='a')[1] == 'answer 3'
+    assert run_first(['containerd', 'config', 'dump'], data='b')[1] == 'answer 4'
+    assert run_second(['containerd', 'config', 'dump'], data='a')[1] == 'answer 3'
+    assert len(host.ran) == 4
+    # without a shared record (a concern module run on its own) every command runs
+    alone = _node_state.ConcernModule(host, _concerns.DOCKER, {})
+    alone.run_command(show)
+    assert len(host.ran) == 5
