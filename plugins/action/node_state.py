@@ -44,13 +44,16 @@ class ActionModule(BundledDaemonAction):
         if given:
             raise AnsibleActionFail('role_vars builds every concern\'s options from the roles\' variables: do not also '
                                     'give %s' % ', '.join(given))
-        errors = _role_options.validate(self._templar, task_vars or {})
+        variables = task_vars or {}
+        # each role variable templated once: for the argument check, and the same values for the options
+        given = _role_options.role_arguments(self._templar, variables)
+        errors = _role_options.validate(self._templar, variables, given=given)
         if errors:
             raise AnsibleActionFail('Validation of arguments failed (role gpufleet.nvidia.gpu_node):\n%s'
                                     % '\n'.join(errors))
-        resolve = _role_options.resolver(self._templar, task_vars or {})
+        resolve = _role_options.resolver(self._templar, variables, templated=given)
         try:
             args.update(_role_options.node_state_args(resolve))
         except _role_options.MissingVariable as exc:
-            raise missing(exc, 'node_state (inside gpufleet.nvidia.gpu_node, which has every role\'s defaults)')
+            raise missing(exc, self.MODULE)
         return args

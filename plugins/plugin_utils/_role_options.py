@@ -5,11 +5,10 @@
 
 This module is PRIVATE to the gpufleet.nvidia collection: its API may change at any time.
 
-``node_state`` (with ``role_vars: true``, as ``roles/gpu_node/tasks/evaluate.yml`` calls it) builds every
-concern's options here, on the controller, from the roles' variables: what each concern's role passes its own
-module, held equal to the roles' tasks by ``tests/unit/test_node_state_args.py`` (it renders both with Ansible's
-templar, with the defaults and with each variable the role's task reads changed in turn). Before this table,
-``evaluate.yml`` wrote the same mapping out again as a 100-line template, compiled anew for every host.
+Both the concern modules' actions (each role calls its module with ``role_vars: true``, ``_role_action``) and
+``node_state``'s (``roles/gpu_node/tasks/evaluate.yml``) build the options here, on the controller, from the roles'
+variables, so node_state judges exactly what the role applies. Before this table, every role's task and
+``evaluate.yml`` wrote the mapping out as templates, compiled anew for every host.
 
 Each entry: ``(option, variable, when)``, ``when`` one of
 
@@ -121,9 +120,10 @@ def _omitted(exc):
     return type(exc).__name__ == 'AnsibleValueOmittedError'
 
 
-def resolver(templar, variables):
+def resolver(templar, variables, templated=None):
     """``resolve(name)``: the variable ``name`` of ``variables`` (a task's variables) templated by ``templar`` (the
-    task's), once; ``OMITTED`` for ``omit``; ``MissingVariable`` when it is not defined."""
+    task's), once; ``OMITTED`` for ``omit``; ``MissingVariable`` when it is not defined. ``templated``: variables
+    already templated (``role_arguments``), taken as they are."""
     omit = variables.get('omit')  # ansible-core 2.18's placeholder; later releases raise instead
     cache = {}
 
@@ -132,7 +132,7 @@ def resolver(templar, variables):
             if name not in variables:
                 raise MissingVariable(name)
             try:
-                value = templar.template(variables[name])
+                value = templated[name] if templated and name in templated else templar.template(variables[name])
             except Exception as exc:  # pylint: disable=broad-except
                 if not _omitted(exc):
                     raise
@@ -190,11 +190,12 @@ def node_state_args(resolve):
     return args
 
 
-def variables_read():
-    """Every role variable the table reads (for the tests)."""
-    names = set(SWITCHES.values()) | {'container_runtime_engines', 'persistenced_state'}
-    for entries in OPTIONS.values():
-        for unused_option, variable, when in entries:
+def variables_read(concerns=None):
+    """The role variables the table reads for ``concerns`` (for the tests): for all of them, also the switches and
+    the engine list."""
+    names = set(SWITCHES.values()) | {'container_runtime_engines', 'persistenced_state'} if concerns is None else set()
+    for concern in OPTIONS if concerns is None else concerns:
+        for unused_option, variable, when in OPTIONS[concern]:
             names.add(variable)
             if isinstance(when, tuple):
                 names.add(when[1])
@@ -216,11 +217,17 @@ def role_spec(entry_point='evaluate'):
     return _SPEC[entry_point]
 
 
-def validate(templar, variables, entry_point='evaluate'):
+def role_arguments(templar, variables, entry_point='evaluate'):
+    """gpu_node's arguments among ``variables``, templated (as Ansible's argument check takes them)."""
+    return templar.template(dict((name, variables[name]) for name in role_spec(entry_point) if name in variables))
+
+
+def validate(templar, variables, entry_point='evaluate', given=None):
     """The error messages of gpu_node's argument check (none when it passes): what Ansible's own role argument
     check (``validate_argument_spec``, the task it prepends to a role) gives for these variables, so that gpu_node
     imported with ``rolespec_validate: false`` (site.yml, drift.yml) is checked the same way in node_state's task,
-    not in a task of its own per host."""
-    spec = role_spec(entry_point)
-    given = templar.template(dict((name, variables[name]) for name in spec if name in variables))
-    return list(ArgumentSpecValidator(spec).validate(given, validate_role_argument_spec=True).error_messages)
+    not in a task of its own per host. ``given``: ``role_arguments``' answer, when the caller has it already."""
+    if given is None:
+        given = role_arguments(templar, variables, entry_point)
+    return list(ArgumentSpecValidator(role_spec(entry_point)).validate(
+        given, validate_role_argument_spec=True).error_messages)

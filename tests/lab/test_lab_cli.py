@@ -96,14 +96,19 @@ def test_both_inventory_formats_give_ansible_the_same_variables(lab, tmp_path):
     assert seen["ini"]["container_toolkit_repo_key"] == '{{ lookup("file", lab_toolkit_repo_key_file) }}'
 
 
+def inventory_groups(lab, state, tmp_path):
+    """The groups of the YAML inventory `lab` writes for ``state``."""
+    yml = tmp_path / "inv.yml"
+    lab.write_inventory(state, yml, "yaml")
+    return json.loads(yml.read_text().split("\n", 1)[1])["all"]["children"]
+
+
 def test_inventory_groups_every_upstart_kind_under_upstart(lab, tmp_path):
     kinds = ["upstart", "upstart06", "sysvinit"]
     state = {"hosts": {"h%d" % (i + 1): {"kind": k, "ip": "10.250.0.%d" % (11 + i),
                                          "gpus": lab.gpu_description("h1", "1", "s")}
                        for i, k in enumerate(kinds)}}
-    yml = tmp_path / "inv.yml"
-    lab.write_inventory(state, yml, "yaml")
-    children = json.loads(yml.read_text().split("\n", 1)[1])["all"]["children"]
+    children = inventory_groups(lab, state, tmp_path)
     assert list(children["upstart"]["hosts"]) == ["h1", "h2"]
     assert list(children["upstart06"]["hosts"]) == ["h2"]
     assert list(children["sysvinit"]["hosts"]) == ["h3"]
@@ -150,9 +155,7 @@ def test_trixie_hosts_are_systemd_hosts_of_their_own_rootfs_always_on_cgroup_v2(
     state = {"hosts": {"h1": {"kind": "systemd", "ip": "10.250.0.11", "gpus": lab.gpu_description("h1", "1", "s")},
                        "h2": {"kind": "trixie", "ip": "10.250.0.12", "cgroup": "v2",
                               "gpus": lab.gpu_description("h2", "1", "s", "trixie")}}}
-    yml = tmp_path / "inv.yml"
-    lab.write_inventory(state, yml, "yaml")
-    children = json.loads(yml.read_text().split("\n", 1)[1])["all"]["children"]
+    children = inventory_groups(lab, state, tmp_path)
     assert list(children["systemd"]["hosts"]) == ["h1", "h2"] and list(children["trixie"]["hosts"]) == ["h2"]
     hosts = children["gpu_nodes"]["hosts"]
     assert [(hosts[h]["lab_suite"], hosts[h]["lab_cgroup"]) for h in ("h1", "h2")] == \
@@ -186,9 +189,7 @@ def test_forky_hosts_are_testing_systemd_hosts_of_their_own_rootfs_always_on_cgr
                               "gpus": lab.gpu_description("h5", "1", "s", "trixie")},
                        "h6": {"kind": "forky", "ip": "10.250.0.16", "cgroup": "v2",
                               "gpus": lab.gpu_description("h6", "1", "s", "forky")}}}
-    yml = tmp_path / "inv.yml"
-    lab.write_inventory(state, yml, "yaml")
-    children = json.loads(yml.read_text().split("\n", 1)[1])["all"]["children"]
+    children = inventory_groups(lab, state, tmp_path)
     assert list(children["systemd"]["hosts"]) == ["h5", "h6"] and list(children["forky"]["hosts"]) == ["h6"]
     hosts = children["gpu_nodes"]["hosts"]
     assert (hosts["h6"]["lab_suite"], hosts["h6"]["lab_cgroup"], hosts["h6"]["lab_init_system"]) == \

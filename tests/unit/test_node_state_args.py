@@ -87,12 +87,7 @@ def built(**changed):
 
 def read_by(concern):
     """The role variables the table reads for the concern's options."""
-    names = set()
-    for unused_option, variable, when in _role_options.OPTIONS[concern]:
-        names.add(variable)
-        if isinstance(when, tuple):
-            names.add(when[1])
-    return sorted(names)
+    return _role_options.variables_read([concern])
 
 
 def another(value):
@@ -213,6 +208,11 @@ def test_the_action_builds_the_table_options_and_refuses_both_ways():
     from ansible.errors import AnsibleActionFail
     variables = dict(templar(**role_variables()).available_variables)
     assert action(variables).module_args({'role_vars': True}, variables) == built()
+    # the values the argument check templated are the options' values, omit included
+    omitted = dict((name, trust_as_template('{{ omit }}')) for name in ('container_runtime_name', 'persistenced_verbose'))
+    changed = dict(templar(**role_variables(**omitted)).available_variables)
+    assert action(changed).module_args({'role_vars': True}, changed) == built(**omitted)
+    assert 'name' not in built(**omitted)['docker']
     # without role_vars the task's own options pass through untouched
     assert action(variables).module_args({'docker': {'name': 'x'}}, variables) == {'docker': {'name': 'x'}}
     with pytest.raises(AnsibleActionFail, match='do not also give docker, engines'):
