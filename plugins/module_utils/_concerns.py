@@ -22,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_cdi import CONCERN as CDI
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_container_toolkit import CONCERN as TOOLKIT
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_containerd import CONCERN as CONTAINERD
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_crio import CONCERN as CRIO
@@ -33,6 +34,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names impo
 
 # In the order gpu_node runs them: the links before anything reloads systemd, the daemon before the GPUs' modes,
 # the toolkit's packages before any runtime registration (its postinst writes the runtime's own config.toml, and a
-# registered runtime needs the program), the CRI engines before dockerd (whose verification runs a container last).
-CONCERNS = dict((c.name, c) for c in (DEVICE_LINKS, PERSISTENCED, GPU_PERSISTENCE, TOOLKIT, CONTAINERD, CRIO, DOCKER))
-ORDER = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit') + ENGINES
+# registered runtime needs the program), the CDI spec after the toolkit (its nvidia-ctk writes it), the CRI engines
+# before dockerd (whose verification runs a container last).
+CONCERNS = dict((c.name, c) for c in (DEVICE_LINKS, PERSISTENCED, GPU_PERSISTENCE, TOOLKIT, CDI, CONTAINERD, CRIO, DOCKER))
+ORDER = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi') + ENGINES

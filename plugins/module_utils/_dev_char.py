@@ -41,6 +41,7 @@ import stat
 import time
 from collections import namedtuple
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _boot_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engine_names
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
@@ -52,7 +53,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Se
 DEV_ROOT = '/dev'
 CHAR_DIR = 'char'
 CAPS_DIR = 'nvidia-caps'
-MARKER = 'Managed by gpufleet.nvidia'
+MARKER = _boot_files.MARKER
 SERVICE = 'gpufleet-dev-char-links'
 SCRIPT_PATH = '/usr/local/sbin/gpufleet-dev-char-links'
 UDEV_RULE_PATH = '/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules'
@@ -370,8 +371,7 @@ def links_ready(plan, entries, now):
 # --------------------------------------------------------------------------
 
 def _header(comment):
-    return ('%s %s (gpufleet.nvidia.device_links); local changes are overwritten on the next run.\n'
-            % (comment, MARKER))
+    return _boot_files.header(comment, 'device_links')
 
 
 def render_script():
@@ -415,59 +415,21 @@ def render_udev_rule(script=SCRIPT_PATH):
 
 
 def render_systemd(script=SCRIPT_PATH):
-    engines = ' '.join('%s.service' % engine for engine in ENGINES)
-    return '\n'.join([
-        _header('#').rstrip('\n'),
-        '[Unit]',
-        'Description=/dev/char links for NVIDIA device nodes (keeps containers\' GPUs across daemon-reload)',
-        'After=systemd-modules-load.service systemd-udev-settle.service nvidia-persistenced.service',
-        'Before=%s kubelet.service' % engines,
-        '',
-        '[Service]',
-        'Type=oneshot',
-        'RemainAfterExit=yes',
-        'ExecStart=%s' % script,
-        '',
-        '[Install]',
-        'WantedBy=multi-user.target',
-        '',
-    ])
+    return _boot_files.render_systemd(
+        _header('#'), '/dev/char links for NVIDIA device nodes (keeps containers\' GPUs across daemon-reload)',
+        ('systemd-modules-load.service', 'systemd-udev-settle.service', 'nvidia-persistenced.service'),
+        tuple('%s.service' % engine for engine in ENGINES) + ('kubelet.service',), script)
 
 
 def render_sysv(script=SCRIPT_PATH):
-    return '''#!/bin/sh
-%(header)s### BEGIN INIT INFO
-# Provides:          %(service)s
-# Required-Start:    $local_fs
-# Required-Stop:
-# Should-Start:      nvidia-persistenced
-# X-Start-Before:    %(engines)s
-# Default-Start:     2 3 4 5
-# Default-Stop:
-# Short-Description: /dev/char links for NVIDIA device nodes
-# Description:       Keeps containers' GPU devices across systemd reloads of their
-#                    cgroups (systemd cgroup driver); runs before the container engines.
-### END INIT INFO
-# chkconfig: 2345 14 86
-# description: /dev/char links for NVIDIA device nodes
-
-case "${1:-}" in
-    start|restart|reload|force-reload) exec %(script)s ;;
-    stop|status) exit 0 ;;
-    *) echo "Usage: $0 {start|stop|restart|force-reload|status}" >&2; exit 3 ;;
-esac
-''' % {'header': _header('#'), 'service': SERVICE, 'engines': ' '.join(ENGINES), 'script': script}
+    return _boot_files.render_sysv(
+        _header('#'), SERVICE, ('nvidia-persistenced',), ENGINES, '/dev/char links for NVIDIA device nodes',
+        ('Keeps containers\' GPU devices across systemd reloads of their',
+         'cgroups (systemd cgroup driver); runs before the container engines.'), '14 86', script)
 
 
 def render_upstart(script=SCRIPT_PATH):
-    starting = ' or '.join('starting %s' % engine for engine in ENGINES)
-    return ('%s'
-            'description "/dev/char links for NVIDIA device nodes"\n'
-            '\n'
-            '# A task: the engines\' "starting" events wait until it has run.\n'
-            'start on (%s or runlevel [2345])\n'
-            'task\n'
-            'exec %s\n' % (_header('#'), starting, script))
+    return _boot_files.render_upstart(_header('#'), '/dev/char links for NVIDIA device nodes', ENGINES, script)
 
 
 RENDER_UNIT = {'systemd': render_systemd, 'sysvinit': render_sysv, 'upstart': render_upstart}
@@ -485,28 +447,18 @@ def boot_files(init_system):
 
 
 def is_ours(text):
-    return text is not None and MARKER in text
+    return _boot_files.is_ours(text)
 
 
 def plan_boot_present(current, desired, enabled):
     """``write_<kind>`` per changed piece, ``reload_init`` for a changed unit the init system has read
     already, ``enable`` when the unit does not start at boot. ``current``/``desired``: {kind: text}."""
-    actions = ['write_%s' % kind for kind in BOOT_KINDS if kind in desired and current.get(kind) != desired[kind]]
-    if 'unit' in desired:
-        if 'write_unit' in actions and current.get('unit') is not None:
-            actions.append('reload_init')
-        if not enabled:
-            actions.append('enable')
-    return actions
+    return _boot_files.plan_present(BOOT_KINDS, current, desired, enabled)
 
 
 def plan_boot_absent(current, enabled):
     """``disable`` and ``remove_<kind>`` for the pieces this collection wrote (files without its marker stay)."""
-    actions = []
-    if is_ours(current.get('unit')) and enabled:
-        actions.append('disable')
-    actions += ['remove_%s' % kind for kind in reversed(BOOT_KINDS) if is_ours(current.get(kind))]
-    return actions
+    return _boot_files.plan_absent(BOOT_KINDS, current, enabled)
 
 
 # --------------------------------------------------------------------------

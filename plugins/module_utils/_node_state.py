@@ -157,6 +157,9 @@ def describe(name, verdict):
         return ', '.join(gpus)
     if name == 'container_toolkit':
         return '; '.join(result.get('drift', []))
+    if name == 'cdi':
+        return '; '.join((['stale: ' + ', '.join(result['stale'])] if result.get('stale') else [])
+                         + [', '.join(result.get('actions', []))])
     if name in _concerns.ENGINES:
         return 'action %s%s' % (result.get('action'), ', file changes' if result.get('file_changed') else '')
     return ', '.join(result.get('actions', [])) or result.get('msg', 'changes')

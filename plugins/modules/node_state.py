@@ -14,8 +14,8 @@ version_added: 0.1.0
 description:
   - Evaluates every requested concern of a GPU node, the /dev/char links (M(gpufleet.nvidia.device_links)), the
     persistence daemon (M(gpufleet.nvidia.persistenced)), the GPUs' persistence modes
-    (M(gpufleet.nvidia.gpu_persistence)), NVIDIA's container toolkit packages (M(gpufleet.nvidia.container_toolkit_info))
-    and the runtime registration of each container engine
+    (M(gpufleet.nvidia.gpu_persistence)), NVIDIA's container toolkit packages (M(gpufleet.nvidia.container_toolkit_info)),
+    the CDI spec (M(gpufleet.nvidia.cdi_spec)) and the runtime registration of each container engine
     (M(gpufleet.nvidia.containerd_runtime), M(gpufleet.nvidia.crio_runtime), M(gpufleet.nvidia.docker_runtime)),
     in one module run on the host, and changes nothing.
   - Each concern is evaluated by running that concern module's own code in check mode with the options given here,
@@ -66,6 +66,12 @@ options:
     description:
       - The options of M(gpufleet.nvidia.container_toolkit_info) to evaluate; omitted or null leaves the concern out.
     type: dict
+  cdi:
+    description:
+      - The options of M(gpufleet.nvidia.cdi_spec) to evaluate; omitted or null leaves the concern out.
+      - Its verdict says whether the CDI spec is stale (C(stale) in its result, from the spec NVIDIA's C(nvidia-ctk)
+        prints now and the one on the host) and whether its boot refresh is in place.
+    type: dict
   engines:
     description:
       - The container engines whose registration is evaluated, from V(containerd), V(crio), V(docker) and V(auto)
@@ -108,6 +114,7 @@ notes:
     restarting a daemon can bring the GPUs back to its global default.
 seealso:
   - module: gpufleet.nvidia.device_links
+  - module: gpufleet.nvidia.cdi_spec
   - module: gpufleet.nvidia.persistenced
   - module: gpufleet.nvidia.gpu_persistence
   - module: gpufleet.nvidia.container_toolkit_info
@@ -155,7 +162,7 @@ run:
   sample: [gpu_persistence]
 evaluated:
   description: The concerns evaluated, in order (C(device_links), C(persistenced), C(gpu_persistence),
-    C(container_toolkit), C(containerd), C(crio), C(docker)).
+    C(container_toolkit), C(cdi), C(containerd), C(crio), C(docker)).
   returned: always
   type: list
   elements: str
@@ -227,6 +234,7 @@ def main():
             persistenced=dict(type='dict'),
             gpu_persistence=dict(type='dict'),
             container_toolkit=dict(type='dict'),
+            cdi=dict(type='dict'),
             engines=dict(type='list', elements='str', default=[], choices=['auto'] + list(ENGINES)),
             containerd=dict(type='dict'),
             crio=dict(type='dict'),

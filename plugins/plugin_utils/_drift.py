@@ -16,13 +16,16 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import 
     TEXT, Malformed, describe, expect, printable, toolkit_cell)
 
 COLUMNS = ('host', 'status', 'init', 'daemon', 'gpus_off', 'engines_off')
-# A column shown only when a host evaluated the concern (gpu_node_container_toolkit is off by default).
+# Columns shown only when a host evaluated the concern (gpu_node_container_toolkit and gpu_node_cdi are off by
+# default).
 TOOLKIT = 'toolkit'
+CDI = 'cdi'
+OPTIONAL = (TOOLKIT, CDI)
 
 
 def _empty_row(host):
     return {'host': host, 'status': 'unreachable', 'init': 'n/a', 'daemon': 'n/a', 'gpus_off': [], 'engines_off': [],
-            'toolkit': 'n/a', 'drifted': [], 'errors': {}}
+            'toolkit': 'n/a', 'cdi': 'n/a', 'drifted': [], 'errors': {}}
 
 
 def _text(mapping, key, what):
@@ -56,6 +59,18 @@ def _daemon(verdict):
     return ','.join(_texts(result, 'actions', 'persistenced')) or 'drifted'
 
 
+def _cdi(verdict):
+    """The CDI spec: fresh, stale (the first reason), or what the module would do."""
+    if verdict['failed']:
+        return 'error'
+    if verdict['converged']:
+        return 'fresh'
+    stale = _texts(verdict['result'], 'stale', 'cdi')
+    if stale:
+        return 'stale: %s' % stale[0]
+    return ','.join(_texts(verdict['result'], 'actions', 'cdi')) or 'drifted'
+
+
 def _gpus_off(result):
     """The GPUs not in their mode, as ``index:mode->wanted``."""
     off = []
@@ -85,6 +100,8 @@ def _state_row(host, state):
     if 'container_toolkit' in verdicts:
         verdict = verdicts['container_toolkit']
         row['toolkit'] = toolkit_cell(verdict['result'], verdict['converged'], verdict['failed'])
+    if 'cdi' in verdicts:
+        row['cdi'] = _cdi(verdicts['cdi'])
     row['engines_off'] = ['%s:%s' % (name, 'error' if verdicts[name]['failed'] else
                                      _text(results[name], 'action', name))
                           for name in ENGINES if name in verdicts and not verdicts[name]['converged']]
@@ -116,7 +133,7 @@ def drift_report(states, errors=None):
     counts = {}
     for row in rows:
         counts[row['status']] = counts.get(row['status'], 0) + 1
-    columns = COLUMNS + ((TOOLKIT,) if any(row[TOOLKIT] != 'n/a' for row in rows) else ())
+    columns = COLUMNS + tuple(column for column in OPTIONAL if any(row[column] != 'n/a' for row in rows))
     cells = [[(','.join(row[c]) or '-') if isinstance(row[c], list) else row[c] for c in columns] for row in rows]
     widths = [max([len(c)] + [len(cell[i]) for cell in cells]) for i, c in enumerate(columns)]
     line = '  '.join('%%-%ds' % w for w in widths)

@@ -18,9 +18,9 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names impo
 # ENGINES: the container engines, in the order the container_runtime role registers with them (module_utils'
 # _engine_names: the one list, on the hosts and here).
 # gpu_node's concerns, in the order it runs them.
-CONCERNS = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit') + ENGINES
+CONCERNS = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi') + ENGINES
 # The inner roles' results gpu_node publishes, with the device_links module's, by key of gpu_node_result.
-NODE_KEYS = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit')
+NODE_KEYS = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi')
 
 
 def ran(result):
@@ -74,13 +74,13 @@ def node_run(state, drift_only=False):
 
 
 def node_result(state=None, device_links=None, persistenced=None, gpu_persistence=None, container_toolkit=None,
-                container_runtime=None):
+                container_runtime=None, cdi=None):
     """gpu_node_result: each concern's role result where its role ran, else node_state's check-mode verdict for
     it (a concern it found converged), else None; node_state's whole result under ``state``.
 
     The container engines: the role's result, and for the engines it did not run, node_state's verdicts."""
     roles = {'device_links': device_links, 'persistenced': persistenced, 'gpu_persistence': gpu_persistence,
-             'container_toolkit': container_toolkit}
+             'container_toolkit': container_toolkit, 'cdi': cdi}
     checked = {}
     if isinstance(state, dict) and isinstance(state.get('concerns'), dict):
         checked = dict((name, verdict.get('result') if isinstance(verdict, dict) else None)

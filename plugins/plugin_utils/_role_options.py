@@ -83,6 +83,10 @@ OPTIONS = {
         ('repo_components', 'container_toolkit_repo_components', ALWAYS),
         ('repo_key', 'container_toolkit_repo_key', SET),
         ('hold', 'container_toolkit_hold', ALWAYS)),
+    'cdi': (
+        ('state', 'gpu_node_cdi_state', ALWAYS),
+        ('path', 'gpu_node_cdi_path', ALWAYS),
+        ('boot', 'gpu_node_cdi_boot', ALWAYS)),
     'containerd': (('path', 'container_runtime_containerd_config', ALWAYS),) + _RUNTIME + (
         ('take_over', 'container_runtime_containerd_take_over', ALWAYS),) + _APPLY + (
         ('service_name', 'container_runtime_containerd_service_name', ALWAYS),
@@ -103,7 +107,8 @@ OPTIONS = {
 
 # gpu_node's switch for each concern (a boolean role variable); every engine has the container runtime's.
 SWITCHES = {'device_links': 'gpu_node_device_links', 'persistenced': 'gpu_node_persistenced',
-            'gpu_persistence': 'gpu_node_gpu_persistence', 'container_toolkit': 'gpu_node_container_toolkit'}
+            'gpu_persistence': 'gpu_node_gpu_persistence', 'container_toolkit': 'gpu_node_container_toolkit',
+            'cdi': 'gpu_node_cdi'}
 SWITCHES.update((engine, 'gpu_node_container_runtime') for engine in ENGINES)
 
 

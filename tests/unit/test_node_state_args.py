@@ -35,6 +35,7 @@ TASKS = {
     'persistenced': ('roles/persistenced/tasks/main.yml', 'gpufleet.nvidia.persistenced'),
     'gpu_persistence': ('roles/gpu_persistence/tasks/set.yml', 'gpufleet.nvidia.gpu_persistence'),
     'container_toolkit': ('roles/container_toolkit/tasks/main.yml', 'gpufleet.nvidia.container_toolkit_info'),
+    'cdi': ('roles/gpu_node/tasks/concerns.yml', 'gpufleet.nvidia.cdi_spec'),
     'containerd': ('roles/container_runtime/tasks/containerd.yml', 'gpufleet.nvidia.containerd_runtime'),
     'crio': ('roles/container_runtime/tasks/crio.yml', 'gpufleet.nvidia.crio_runtime'),
     'docker': ('roles/container_runtime/tasks/docker.yml', 'gpufleet.nvidia.docker_runtime'),
@@ -69,6 +70,7 @@ def role_variables(**changed):
                  'roles/gpu_node/vars/main.yml'):
         found.update(trusted_tree(load(path) or {}))
     found['gpu_node_container_toolkit'] = True  # off by default; what node_state gets when it is on
+    found['gpu_node_cdi'] = True  # the same
     found.update(changed)
     return found
 
@@ -167,6 +169,7 @@ def test_every_role_variable_is_read(role):
 @pytest.mark.parametrize('changed, left_out', [
     ({}, []),
     ({'gpu_node_container_toolkit': False}, ['container_toolkit']),
+    ({'gpu_node_cdi': False}, ['cdi']),
     ({'gpu_node_device_links': 'no'}, ['device_links']),  # Ansible's bool: 'no' is false
     ({'gpu_node_persistenced': False}, ['persistenced']),
     ({'gpu_node_gpu_persistence': False}, ['gpu_persistence']),

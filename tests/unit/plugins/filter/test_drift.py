@@ -226,3 +226,45 @@ def test_a_hostile_toolkit_result_fails_that_row_alone(installed, actions):
     assert rows['h1']['status'] == 'failed' and 'malformed' in rows['h1']['errors']['host']
     assert rows['h2']['status'] == 'converged'
     assert all(line.isprintable() for line in report['table'])
+
+
+# NVIDIA's CDI spec: a column only where a host evaluated it; the reason a spec is stale comes from the host.
+
+def cdi(converged, stale=(), actions=(), failed=False):
+    return {'converged': converged, 'failed': failed,
+            'result': {'changed': not converged, 'stale': list(stale), 'actions': list(actions),
+                       'msg': 'cdi_spec: nvidia-ctk failed' if failed else ''}}
+
+
+def with_cdi(state, cdi_verdict):
+    return dict(state, concerns=dict(state['concerns'], cdi=cdi_verdict))
+
+
+def test_the_cdi_column_says_fresh_stale_and_why_or_error_only_where_evaluated():
+    without = drift_report({'h1': CONVERGED})
+    assert 'cdi' not in without['table'][0] and without['hosts'][0]['cdi'] == 'n/a'
+    report = drift_report({
+        'h1': with_cdi(CONVERGED, cdi(True)),
+        'h2': with_cdi(DRIFTED, cdi(False, ['driver 570.172.08, the spec names 535.171.04'], ['write_spec'])),
+        'h3': with_cdi(DRIFTED, cdi(False, [], ['write_script', 'write_unit', 'enable'])),
+        'h4': with_cdi(DRIFTED, cdi(False, failed=True)),
+        'h5': CONVERGED,
+    })
+    assert dict((row['host'], row['cdi']) for row in report['hosts']) == {
+        'h1': 'fresh', 'h2': 'stale: driver 570.172.08, the spec names 535.171.04',
+        'h3': 'write_script,write_unit,enable', 'h4': 'error', 'h5': 'n/a'}
+    assert report['table'][0].split()[-1] == 'cdi'
+
+
+@pytest.mark.parametrize('stale', [['one\nh9 converged'], [42], 'not a list'])
+def test_a_hostile_cdi_result_is_escaped_or_fails_that_row_alone(stale):
+    verdict = cdi(False, actions=['write_spec'])
+    verdict['result']['stale'] = stale
+    report = drift_report({'h1': with_cdi(DRIFTED, verdict), 'h2': CONVERGED})
+    rows = dict((row['host'], row) for row in report['hosts'])
+    assert rows['h2']['status'] == 'converged'
+    assert all('\n' not in line for line in report['table'])
+    if isinstance(stale, list) and isinstance(stale[0], str):
+        assert rows['h1']['cdi'] == 'stale: one\\nh9 converged'
+    else:
+        assert rows['h1']['status'] == 'failed' and 'malformed' in rows['h1']['errors']['host']

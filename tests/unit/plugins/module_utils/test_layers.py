@@ -43,6 +43,9 @@ PURE = {
     '_crio': {'_errors', '_options', '_tomli', '_toml_splice'},
     '_verify': set(),
     '_toolkit': {'_errors'},
+    '_cdi': {'_errors'},
+    '_cdi_boot': {'_boot_files', '_cdi', '_engine_names', '_init_files'},
+    '_boot_files': set(),
 }
 HOST_MODULES = {'os', 'subprocess', 'socket', 'fcntl', 'signal', 'shutil', 'glob'}
 

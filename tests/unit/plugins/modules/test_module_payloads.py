@@ -30,6 +30,7 @@ OWN = {
     'persistenced': {'_concern_persistenced', '_persistenced_deploy'},
     'gpu_persistence': {'_concern_gpu_persistence', '_gpu_apply'},
     'container_toolkit_info': {'_concern_container_toolkit', '_toolkit'},
+    'cdi_spec': {'_concern_cdi', '_cdi_apply', '_cdi_boot', '_cdi'},
     'containerd_runtime': {'_concern_containerd', '_containerd_apply', '_containerd'},
     'crio_runtime': {'_concern_crio', '_crio_apply', '_crio'},
     'docker_runtime': {'_concern_docker', '_docker_apply', '_daemon_json', '_json_splice'},

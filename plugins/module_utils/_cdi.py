@@ -1,0 +1,418 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""NVIDIA's CDI spec (``nvidia-ctk cdi generate``): what it says, whether it is stale, whether to write it (pure).
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. Text in, findings out, no host access: a concern runs NVIDIA's
+``nvidia-ctk`` (``generate_argv``), reads the spec file and the GPUs, and
+writes through the host layer; this file decides.
+
+What it relies on, measured with NVIDIA's toolkit 1.20.0 on the driver kit's
+fake hosts: ``--format json`` prints one line of JSON (no trailing newline)
+that is the same bytes on every run on the same host; the driver version is in
+the ``enable-cuda-compat`` hook (``--host-driver-version=535.171.04``) and in
+the versioned driver libraries it mounts (``libcuda.so.535.171.04``); devices
+are named by index (``0``, MIG ``0:1``), UUID (``GPU-...``, ``MIG-...``) or
+type and index (``gpu0``, ``mig0:1``), plus ``all``; a GPU with MIG enabled
+appears only as its MIG devices. JSON only: the managed host may lack PyYAML.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+
+# The directories container engines read CDI specs from (the CDI library's defaults); /var/run/cdi wins over
+# /etc/cdi for a device both name. /run/cdi is /var/run/cdi on the hosts we support.
+SPEC_DIRS = ('/etc/cdi', '/var/run/cdi', '/run/cdi')
+# What NVIDIA's nvidia-cdi-refresh.service writes (its Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH).
+DEFAULT_SPEC_PATH = '/var/run/cdi/nvidia.yaml'
+# The CDI library reads only these; nvidia-ctk adds ``.yaml`` to any other name. JSON is valid YAML: the CDI
+# library reads a ``.yaml`` file holding JSON text.
+SPEC_EXTENSIONS = {'.json': 'json', '.yaml': 'yaml'}
+KIND = 'nvidia.com/gpu'
+# nvidia-ctk's --device-name-strategy values, and its default (both index and uuid names, each device twice).
+STRATEGIES = ('index', 'uuid', 'type-index')
+DEFAULT_STRATEGIES = ('index', 'uuid')
+ALL_DEVICE = 'all'
+NVIDIA_MAJOR = 195
+
+VERSION_RE = re.compile(r'\A[0-9]+\.[0-9]+(?:\.[0-9]+)*\Z')
+CDI_VERSION_RE = re.compile(r'\A[0-9]+\.[0-9]+\.[0-9]+\Z')
+KIND_RE = re.compile(r'\A[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z')
+HOOK_VERSION_RE = re.compile(r'\A--host-driver-version=(.+)\Z')
+# A driver library under its versioned name, as the spec mounts it or links to it.
+LIBRARY_VERSION_RE = re.compile(r'(?:\A|/)lib(?:cuda|nvidia-ml)\.so\.([0-9]+\.[0-9]+(?:\.[0-9]+)?)\Z')
+GPU_NODE_RE = re.compile(r'\A/dev/nvidia([0-9]+)\Z')
+GPU_NAME_RES = {
+    'index': re.compile(r'\A([0-9]+)\Z'),
+    'type-index': re.compile(r'\Agpu([0-9]+)\Z'),
+}
+MIG_NAME_RES = {
+    'index': re.compile(r'\A([0-9]+):([0-9]+)\Z'),
+    'type-index': re.compile(r'\Amig([0-9]+):([0-9]+)\Z'),
+}
+MAX_SPEC_BYTES = 16 * 1024 * 1024
+
+
+class CdiSpecError(DocumentError, ValueError):
+    """A CDI spec that cannot be read: not JSON, or not the shape of a CDI spec. The message names the field."""
+
+
+# --------------------------------------------------------------------------
+# Running nvidia-ctk and choosing the file
+# --------------------------------------------------------------------------
+
+def generate_argv(nvidia_ctk, strategies=DEFAULT_STRATEGIES, all_device=True, fmt='json'):
+    """NVIDIA's generator printing the spec on stdout, as ``fmt`` (``json``, or ``yaml``: what the file holds).
+
+    ``--output=`` is explicit so that an ``NVIDIA_CTK_CDI_OUTPUT_FILE_PATH`` in the environment (NVIDIA's
+    nvidia-cdi-refresh.env sets it for its service) cannot make nvidia-ctk write a file itself: its own
+    writer replaces the file on every run and leaves ``spec.*.tmp`` in the spec directory while it writes.
+    ``--quiet`` keeps only errors on stderr (without it, dozens of "Could not locate" warnings).
+    """
+    check_strategies(strategies)
+    if fmt not in ('json', 'yaml'):
+        raise CdiSpecError('spec format %r: json or yaml' % (fmt,))
+    argv = [nvidia_ctk, '--quiet', 'cdi', 'generate', '--format', fmt, '--output=']
+    for strategy in strategies:
+        argv.append('--device-name-strategy=%s' % strategy)
+    if not all_device:
+        argv.append('--no-all-device')
+    return argv
+
+
+def check_strategies(strategies):
+    if not strategies or any(s not in STRATEGIES for s in strategies) or len(set(strategies)) != len(strategies):
+        raise CdiSpecError('device name strategies %r: give one or more of %s, each once' % (
+            list(strategies), ', '.join(STRATEGIES)))
+
+
+def spec_format(path):
+    """``json`` or ``yaml``: what the CDI library reads ``path`` as. Raises CdiSpecError for another path.
+
+    Only a file directly in one of SPEC_DIRS, named ``<name>.json`` or ``<name>.yaml``, is one the engines read.
+    """
+    if not isinstance(path, str) or not path.startswith('/'):
+        raise CdiSpecError('spec path %r: give an absolute path in %s' % (path, ' or '.join(SPEC_DIRS)))
+    directory, _sep, name = path.rpartition('/')
+    if directory not in SPEC_DIRS:
+        raise CdiSpecError('spec path %s: container engines read CDI specs only from %s; put it there' % (
+            path, ' and '.join(SPEC_DIRS[:2])))
+    stem, dot, extension = name.rpartition('.')
+    if not dot or not stem or stem.startswith('.') or '.' + extension not in SPEC_EXTENSIONS:
+        raise CdiSpecError('spec path %s: the CDI library reads only <name>.json and <name>.yaml files' % path)
+    return SPEC_EXTENSIONS['.' + extension]
+
+
+def needs_write(current, generated):
+    """Whether the file must be written: it is missing (``None``) or its bytes differ from the generated text.
+
+    nvidia-ctk gives the same bytes on every run on an unchanged host, so a byte comparison is the whole test;
+    ``current`` and ``generated`` are both text or both bytes.
+    """
+    return current is None or current != generated
+
+
+# --------------------------------------------------------------------------
+# Reading a spec
+# --------------------------------------------------------------------------
+
+def _load(text):
+    if isinstance(text, bytes):
+        try:
+            text = text.decode('utf-8')
+        except UnicodeDecodeError as exc:
+            raise CdiSpecError('the CDI spec is not UTF-8 text: %s' % exc)
+    if not isinstance(text, str):
+        raise CdiSpecError('the CDI spec is a %s, not text' % type(text).__name__)
+    if len(text) > MAX_SPEC_BYTES:
+        raise CdiSpecError('the CDI spec is %d characters, more than the %d this reader takes' % (
+            len(text), MAX_SPEC_BYTES))
+    stripped = text.strip()
+    if not stripped:
+        raise CdiSpecError('the CDI spec is empty')
+    if stripped.startswith('---') or re.match(r'\A[A-Za-z_]+\s*:', stripped):
+        raise CdiSpecError('the CDI spec is YAML; this reader takes JSON (nvidia-ctk cdi generate --format json, '
+                           'or a .json spec path)')
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CdiSpecError('the CDI spec is not valid JSON: %s' % exc)
+
+
+def _object(value, where):
+    if not isinstance(value, dict):
+        raise CdiSpecError('%s is %s, not an object' % (where, _kind_of(value)))
+    return value
+
+
+def _list(container, key, where):
+    value = container.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise CdiSpecError('%s.%s is %s, not a list' % (where, key, _kind_of(value)))
+    return value
+
+
+def _string(container, key, where, required=True):
+    value = container.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise CdiSpecError('%s.%s is %s, not a non-empty string' % (where, key, 'empty' if value == '' else _kind_of(value)))
+    return value
+
+
+def _kind_of(value):
+    if value is None:
+        return 'missing'
+    if isinstance(value, bool):
+        return 'a boolean'
+    return {dict: 'an object', list: 'a list', str: 'a string', int: 'a number', float: 'a number'}.get(
+        type(value), 'a %s' % type(value).__name__)
+
+
+def _device_nodes(edits, where):
+    nodes = []
+    for position, node in enumerate(_list(edits, 'deviceNodes', where)):
+        node_where = '%s.deviceNodes[%d]' % (where, position)
+        node = _object(node, node_where)
+        path = _string(node, 'path', node_where)
+        numbers = []
+        for key in ('major', 'minor'):
+            value = node.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise CdiSpecError('%s.%s is %r, not a device number' % (node_where, key, value))
+            numbers.append(value)
+        nodes.append({'path': path, 'major': numbers[0], 'minor': numbers[1]})
+    return nodes
+
+
+def _edits(container, where):
+    edits = container.get('containerEdits')
+    if edits is None:
+        return {}
+    return _object(edits, where + '.containerEdits')
+
+
+def _driver_versions(edits, where):
+    """Driver versions the common edits name: (from the enable-cuda-compat hook, from library names)."""
+    from_hooks, from_libraries = [], []
+    for position, hook in enumerate(_list(edits, 'hooks', where)):
+        hook_where = '%s.hooks[%d]' % (where, position)
+        hook = _object(hook, hook_where)
+        for arg in _list(hook, 'args', hook_where):
+            if not isinstance(arg, str):
+                raise CdiSpecError('%s.args holds %s, not a string' % (hook_where, _kind_of(arg)))
+            match = HOOK_VERSION_RE.match(arg)
+            if match:
+                from_hooks.append(match.group(1))
+            for part in arg.split('::'):  # create-symlinks: --link TARGET::LINK
+                match = LIBRARY_VERSION_RE.search(part)
+                if match:
+                    from_libraries.append(match.group(1))
+    for position, mount in enumerate(_list(edits, 'mounts', where)):
+        mount_where = '%s.mounts[%d]' % (where, position)
+        match = LIBRARY_VERSION_RE.search(_string(_object(mount, mount_where), 'hostPath', mount_where))
+        if match:
+            from_libraries.append(match.group(1))
+    return from_hooks, from_libraries
+
+
+def parse_spec(text):
+    """The parts of a CDI spec (JSON text or bytes) that say which driver and GPUs it was made for.
+
+    Returns a dict: ``cdi_version``, ``kind``, ``devices`` (names, in the spec's order), ``device_nodes``
+    ({name: [{path, major, minor}]}), ``common_device_nodes`` (the paths every device gets: nvidiactl, uvm, ...),
+    ``driver_version`` (None when the spec names none) and ``driver_version_source`` (``hook``: the
+    enable-cuda-compat hook's ``--host-driver-version``; ``libraries``: the versioned libcuda/libnvidia-ml names
+    when that hook is disabled; None). Raises CdiSpecError naming the first field that
+    is wrong: not JSON, a missing or ill-formed ``cdiVersion``/``kind``, a device without a name, a name twice,
+    a device node without a path, or driver libraries of two versions and no hook to decide.
+    """
+    spec = _object(_load(text), 'the CDI spec')
+    cdi_version = _string(spec, 'cdiVersion', 'the CDI spec')
+    if not CDI_VERSION_RE.match(cdi_version):
+        raise CdiSpecError('the CDI spec\'s cdiVersion %r is not a version such as 0.5.0' % cdi_version)
+    kind = _string(spec, 'kind', 'the CDI spec')
+    if not KIND_RE.match(kind):
+        raise CdiSpecError('the CDI spec\'s kind %r is not vendor/class (such as %s)' % (kind, KIND))
+    if 'devices' not in spec:
+        raise CdiSpecError('the CDI spec has no devices list')
+    names, nodes = [], {}
+    for position, device in enumerate(_list(spec, 'devices', 'the CDI spec')):
+        where = 'devices[%d]' % position
+        device = _object(device, where)
+        name = _string(device, 'name', where)
+        if name in nodes:
+            raise CdiSpecError('%s: the device name %r is already used by an earlier device' % (where, name))
+        names.append(name)
+        nodes[name] = _device_nodes(_edits(device, where), where + '.containerEdits')
+    common = _edits(spec, 'the CDI spec')
+    from_hooks, from_libraries = _driver_versions(common, 'containerEdits')
+    if len(set(from_hooks)) > 1:
+        raise CdiSpecError('containerEdits.hooks name two driver versions: %s' % ', '.join(sorted(set(from_hooks))))
+    if from_hooks:
+        version, source = from_hooks[0], 'hook'
+    elif len(set(from_libraries)) > 1:
+        raise CdiSpecError('containerEdits mount driver libraries of two versions: %s' % ', '.join(
+            sorted(set(from_libraries))))
+    elif from_libraries:
+        version, source = from_libraries[0], 'libraries'
+    else:
+        version, source = None, None
+    return {
+        'cdi_version': cdi_version,
+        'kind': kind,
+        'devices': names,
+        'device_nodes': nodes,
+        'driver_version': version,
+        'driver_version_source': source,
+        'common_device_nodes': [n['path'] for n in _device_nodes(common, 'containerEdits')],
+    }
+
+
+_YAML_DEVICE_RE = re.compile(r'\A    - name: (?:"([^"]*)"|\'([^\']*)\'|(\S.*))\Z')
+_HOOK_VERSION_TEXT_RE = re.compile(r'--host-driver-version=([0-9][0-9.]*)')
+
+
+def outline_yaml(text):
+    """``kind``, ``devices`` and ``driver_version`` of a spec in the YAML layout nvidia-ctk writes (top-level keys
+    at column 0, each device a ``    - name: NAME`` item of ``devices:``, the driver version in the
+    enable-cuda-compat hook's ``--host-driver-version=``), for hosts without PyYAML; None for text not laid out
+    so (then nothing is said about it but that it differs). Not a YAML parser: it reads nvidia-ctk's own output.
+    """
+    kind, devices, in_devices = None, [], False
+    for line in text.splitlines():
+        if not line.startswith(' '):
+            in_devices = line == 'devices:'
+            if line.startswith('kind: '):
+                kind = line[len('kind: '):].strip().strip('"')
+            continue
+        found = _YAML_DEVICE_RE.match(line) if in_devices else None
+        if found:
+            devices.append(next(group for group in found.groups() if group is not None).strip())
+    versions = set(_HOOK_VERSION_TEXT_RE.findall(text))
+    if kind is None or not devices or len(versions) > 1:
+        return None
+    return {'kind': kind, 'devices': devices, 'driver_version': versions.pop() if versions else None}
+
+
+# --------------------------------------------------------------------------
+# Is the spec still the host's?
+# --------------------------------------------------------------------------
+
+def gpu_names(gpu, strategies=DEFAULT_STRATEGIES):
+    """The names nvidia-ctk gives a whole GPU ({'index': 0, 'uuid': 'GPU-...'}) under ``strategies``."""
+    names = {'index': str(gpu['index']), 'type-index': 'gpu%d' % gpu['index'], 'uuid': gpu.get('uuid')}
+    return [names[s] for s in strategies if names[s]]
+
+
+def mig_names(gpu, mig, strategies=DEFAULT_STRATEGIES):
+    """The names nvidia-ctk gives MIG device ``mig`` ({'index': 1, 'uuid': 'MIG-...'}) of ``gpu``."""
+    names = {'index': '%d:%d' % (gpu['index'], mig['index']), 'type-index': 'mig%d:%d' % (gpu['index'], mig['index']),
+             'uuid': mig.get('uuid')}
+    return [names[s] for s in strategies if names[s]]
+
+
+def _describe(gpu):
+    return 'GPU %s (%s)' % (gpu['index'], gpu.get('uuid') or 'no UUID')
+
+
+def _node_paths(summary, name):
+    return [n['path'] for n in summary['device_nodes'].get(name, [])]
+
+
+def _gpu_reasons(summary, gpu, strategies, expected):
+    reasons = []
+    names = gpu_names(gpu, strategies)
+    expected.update(names)
+    present = [n for n in names if n in summary['device_nodes']]
+    if not present:
+        return ['%s is not in the spec' % _describe(gpu)]
+    if len(present) < len(names):
+        reasons.append('%s is in the spec only as %s (missing: %s)' % (
+            _describe(gpu), ', '.join(present), ', '.join(n for n in names if n not in present)))
+    want = '/dev/nvidia%d' % gpu['minor'] if gpu.get('minor') is not None else None
+    for name in present:
+        paths = _node_paths(summary, name)
+        if want and want not in paths:
+            reasons.append('%s is %s, but the spec\'s device %s gives %s' % (
+                _describe(gpu), want, name, ', '.join(paths) or 'no device node'))
+    return reasons
+
+
+def _mig_reasons(summary, gpu, strategies, expected, explained):
+    reasons = []
+    for name in gpu_names(gpu, strategies):
+        if name in summary['device_nodes']:
+            explained.add(name)
+            reasons.append('%s has MIG enabled, but the spec offers it whole as %s' % (_describe(gpu), name))
+    for mig in gpu.get('mig_devices') or []:
+        names = mig_names(gpu, mig, strategies)
+        expected.update(names)
+        missing = [n for n in names if n not in summary['device_nodes']]
+        if missing:
+            reasons.append('MIG device %d:%d (%s) of %s is not in the spec as %s' % (
+                gpu['index'], mig['index'], mig.get('uuid') or 'no UUID', _describe(gpu), ', '.join(missing)))
+    return reasons
+
+
+def _is_mig_name(name):
+    return name.startswith('MIG-') or any(r.match(name) for r in MIG_NAME_RES.values())
+
+
+def stale_reasons(summary, facts, strategies=DEFAULT_STRATEGIES, all_device=True, kind=KIND):
+    """Why the spec ``summary`` (``parse_spec``) no longer describes the host; [] when it does.
+
+    ``facts``: {'driver_version': '535.171.04', 'gpus': [{'index', 'uuid', 'minor', 'mig_enabled',
+    'mig_devices': [{'index', 'uuid'}]}]}, as the collection reads them (``_gpu``: index, uuid, minor; a GPU
+    without ``mig_enabled`` is taken as a whole GPU). ``strategies`` and ``all_device`` are the options the spec
+    was generated with. Reasons name the driver version, then each GPU missing or moved, the MIG layout, and
+    the devices the spec has that no GPU explains.
+    """
+    check_strategies(strategies)
+    reasons = []
+    if summary['kind'] != kind:
+        reasons.append('the spec\'s kind is %s, not %s' % (summary['kind'], kind))
+    driver = facts.get('driver_version')
+    if summary['driver_version'] is None:
+        reasons.append('the spec names no driver version (the driver is %s)' % (driver or 'unknown'))
+    elif driver and summary['driver_version'] != driver:
+        reasons.append('the spec is for driver %s, the driver is %s' % (summary['driver_version'], driver))
+    expected, explained = set(), set()
+    gpus = sorted(facts.get('gpus') or [], key=lambda g: g['index'])
+    for gpu in gpus:
+        if gpu.get('mig_enabled'):
+            reasons.extend(_mig_reasons(summary, gpu, strategies, expected, explained))
+        else:
+            reasons.extend(_gpu_reasons(summary, gpu, strategies, expected))
+    if all_device:
+        expected.add(ALL_DEVICE)
+        reasons.extend(_all_reasons(summary, expected))
+    for name in summary['devices']:
+        if name not in expected and name not in explained:
+            what = 'MIG device' if _is_mig_name(name) else 'device'
+            reasons.append('the spec has %s %s, which no GPU of the host is' % (what, name))
+    return reasons
+
+
+def _all_reasons(summary, expected):
+    if ALL_DEVICE not in summary['device_nodes']:
+        return ['the spec has no "%s" device' % ALL_DEVICE]
+    want = set()
+    for name in expected:
+        if name != ALL_DEVICE:
+            want.update(_node_paths(summary, name))
+    have = set(_node_paths(summary, ALL_DEVICE))
+    if have != want:
+        return ['the spec\'s "%s" device gives %s, its GPUs %s' % (
+            ALL_DEVICE, ', '.join(sorted(have)) or 'nothing', ', '.join(sorted(want)) or 'nothing')]
+    return []

@@ -1,0 +1,298 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The cdi_spec run: generate NVIDIA's CDI spec with nvidia-ctk, write it when it changed, and its boot pieces.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. It holds no AnsibleModule: the concern hands in the host's
+commands (``run``), the init system and its tools; errors are raised
+(``GpufleetError``) and the concern fails the module with them.
+
+The spec is NVIDIA's own: ``nvidia-ctk cdi generate`` prints it (no file is
+written for it, so check mode and node_state only read), and the module
+writes it atomically, mode 0644, only when its text differs from the file's.
+A spec that differs is stale: the driver, the GPUs or their MIG layout
+changed since it was written (``stale`` says which, from both texts).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _boot_files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_boot as boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._options import Options
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
+
+READER = 'the container engines, as root'
+
+# cdi_spec's argument spec: each option's one declaration (the module, node_state and Request read it).
+SPEC = dict(
+    state=dict(type='str', default='present', choices=['present', 'absent']),
+    path=dict(type='path', default=boot.NVIDIA_DEFAULT_OUTPUT),
+    nvidia_ctk=dict(type='path', default='/usr/bin/nvidia-ctk'),
+    device_name_strategy=dict(type='list', elements='str', default=['index', 'uuid'],
+                              choices=['index', 'uuid', 'type-index']),
+    boot=dict(type='bool', default=True),
+    boot_unit=dict(type='str', default='auto', choices=['auto', 'nvidia', 'gpufleet']),
+    init_system=dict(type='str', default='auto', choices=['auto', 'systemd', 'sysvinit', 'upstart']),
+)
+
+
+class Request(Options):
+    """What the user asked for: every option of ``SPEC``."""
+
+    SPEC = SPEC
+    OPTIONS = tuple(sorted(SPEC))
+
+
+def summarize(text, fmt):
+    """``_cdi.parse_spec``'s summary of a spec in ``fmt`` (its ``kind``, ``devices`` and ``driver_version`` at
+    least). YAML on a host without PyYAML: ``_cdi.outline_yaml``'s, or None when the text is not laid out as
+    nvidia-ctk writes it. Raises CdiSpecError (a ValueError) for text that is no spec."""
+    if fmt == 'json':
+        return _cdi.parse_spec(text)
+    try:
+        import yaml
+    except ImportError:
+        return _cdi.outline_yaml(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise _cdi.CdiSpecError('not YAML: %s' % str(exc).replace('\n', ' '))
+    return _cdi.parse_spec(json.dumps(data))
+
+
+def stale_reasons(current, new, fmt):
+    """Why the spec on the host (``current``: its text, or None) is not what nvidia-ctk generates now (``new``:
+    its summary); [] when they are the same text."""
+    if current is None:
+        return ['there is no spec yet']
+    try:
+        old = summarize(current, fmt)
+    except ValueError as exc:
+        return ['the spec on the host cannot be read as a CDI spec (%s)' % exc]
+    if old is None:
+        return ['the spec on the host differs from what nvidia-ctk generates now']
+    reasons = []
+    if old['driver_version'] != new['driver_version']:
+        reasons.append('driver %s, the spec names %s'
+                       % (new['driver_version'] or 'unknown', old['driver_version'] or 'none'))
+    added = [name for name in new['devices'] if name not in old['devices']]
+    gone = [name for name in old['devices'] if name not in new['devices']]
+    if added:
+        reasons.append('devices not in the spec: %s' % ', '.join(added))
+    if gone:
+        reasons.append('devices in the spec that are gone: %s' % ', '.join(gone))
+    if not reasons:
+        reasons.append('the devices\' nodes, libraries or hooks changed')
+    return reasons
+
+
+class CdiRun(object):
+    """One run of cdi_spec. ``run(argv) -> (rc, out, err)`` runs a host command, ``run_ctk`` nvidia-ctk (in
+    ``_cdi_boot.ENVIRONMENT``); ``init_system`` and ``tools`` are ``_module.init_system``'s; ``root`` is where host
+    paths are (tests give a directory)."""
+
+    def __init__(self, request, run, run_ctk, init_system, tools, check_mode=False, diff=False, host='', root='/',
+                 label=None):
+        self.request = request
+        self.run = run
+        self.run_ctk = run_ctk
+        self.init = init_system
+        self.tools = tools
+        self.check_mode = check_mode
+        self.want_diff = diff
+        self.host = host
+        self.root = root
+        self.label = label
+        self.warnings = []
+        self.result = {'changed': False, 'actions': [], 'path': request.path, 'devices': [], 'driver_version': None,
+                       'stale': [], 'boot': None}
+
+    def fail(self, msg):
+        raise GpufleetError('%s: %s' % (self.host, msg) if self.host else msg)
+
+    def host_path(self, path):
+        return os.path.join(self.root, path.lstrip('/'))
+
+    # ---- the spec -------------------------------------------------------------
+    def read_spec(self):
+        """(real path, current text or None)."""
+        real = _host.resolve_path(self.host_path(self.request.path), reader=READER)
+        found = _host.read_file(self.request.path, real, _cdi.MAX_SPEC_BYTES, reader=READER)
+        return real, (found.text if found.exists else None)
+
+    def generate(self):
+        """The spec nvidia-ctk prints now, or None (check mode only) when nvidia-ctk is not installed yet."""
+        ctk = self.request.nvidia_ctk
+        unused_st, why = _host.trusted_executable(self.host_path(ctk))
+        if why is not None:
+            if self.check_mode and not os.path.lexists(self.host_path(ctk)):
+                self.warnings.append('%s is not installed yet: the spec is written once NVIDIA\'s container toolkit '
+                                     'is (gpu_node_container_toolkit)' % ctk)
+                return None
+            self.fail('cannot run %s: %s. Install NVIDIA\'s container toolkit (nvidia-container-toolkit-base), or '
+                      'set nvidia_ctk to its nvidia-ctk; the spec %s was left as it is'
+                      % (ctk, why, self.request.path))
+        fmt = _cdi.spec_format(self.request.path)
+        out = self.ctk(fmt)
+        try:
+            summary = summarize(out, fmt)
+            if summary is None:  # YAML, and no PyYAML here: the same spec as JSON
+                summary = _cdi.parse_spec(self.ctk('json'))
+        except ValueError as exc:
+            self.fail('nvidia-ctk cdi generate printed no usable CDI spec (%s); the spec %s was left as it is'
+                      % (exc, self.request.path))
+        if not summary['devices']:
+            self.fail('nvidia-ctk cdi generate found no NVIDIA GPU (its spec names no device); the spec %s was left '
+                      'as it is' % self.request.path)
+        self.result.update(devices=summary['devices'], driver_version=summary['driver_version'])
+        return out, summary
+
+    def ctk(self, fmt):
+        """What ``nvidia-ctk cdi generate`` prints as ``fmt``, in the environment of every refresh."""
+        argv = _cdi.generate_argv(self.request.nvidia_ctk, self.request.device_name_strategy, fmt=fmt)
+        rc, out, err = self.run_ctk(argv)
+        if rc != 0:
+            self.fail('%s failed (exit %d): %s. The spec %s was left as it is.'
+                      % (' '.join(argv), rc, (err or out or '').strip()[-2000:], self.request.path))
+        return out
+
+    # ---- the boot pieces --------------------------------------------------------
+    def boot_plan(self):
+        """(files, current texts, actions, service) of the boot pieces for this run's state."""
+        p = self.request
+        nvidia_unit = next((path for path in boot.NVIDIA_UNIT_PATHS if os.path.exists(self.host_path(path))), None)
+        env_text = _host.read_text(self.host_path(boot.NVIDIA_ENV_FILE))
+        every = boot.every_piece(self.init)
+        current = dict((kind, _host.read_text(self.host_path(path))) for kind, path in every.items())
+        if p.state == 'absent':
+            files = dict((kind, (path, None, None)) for kind, path in every.items())
+            service = self.service(boot.SERVICE)
+            enabled = service.is_enabled() if service and _boot_files.is_ours(current.get('unit')) else False
+            actions = _boot_files.plan_absent(('dropin', 'script', 'unit'), current, enabled)
+            self.result['boot'] = {'source': None, 'reason': 'state is absent', 'init_system': self.init,
+                                   'files': []}
+            return files, current, actions, service
+        try:
+            source, reason = boot.choose_source(p.boot_unit, self.init, nvidia_unit, env_text, p.path,
+                                                p.device_name_strategy)
+        except ValueError as exc:
+            self.fail(str(exc))
+        files = boot.boot_files(source, self.init, p.path, p.nvidia_ctk, p.device_name_strategy)
+        desired = dict((kind, text) for kind, (_path, text, _mode) in files.items())
+        service = self.service(boot.NVIDIA_SERVICE if source == 'nvidia' else boot.SERVICE)
+        if source == 'nvidia' or (service and current.get('unit') is not None):
+            enabled = service.is_enabled()
+        else:
+            enabled = False if 'unit' in files else None
+        actions = _boot_files.plan_present(boot.BOOT_KINDS.get(source, ()), current, desired, enabled)
+        # The other source's pieces, from a run that chose it, go: one refresh at boot.
+        others = dict((kind, text) for kind, text in current.items() if kind not in files)
+        other_service = self.service(boot.SERVICE) if source == 'nvidia' else None
+        other_enabled = (other_service.is_enabled() if other_service and _boot_files.is_ours(others.get('unit'))
+                         else False)
+        removals = _boot_files.plan_absent(('dropin', 'script', 'unit'), others, other_enabled)
+        # Disable and remove first, write next; the init system reads its files once, then the unit is enabled.
+        planned = removals + actions
+        actions = (['disable_other'] if 'disable' in removals else []) + [
+            action for action in planned if action not in ('disable', 'reload_init', 'enable')]
+        actions += [action for action in ('reload_init', 'enable') if action in planned]
+        for kind, path in boot.every_piece(self.init).items():
+            files.setdefault(kind, (path, None, None))
+        self.result['boot'] = {'source': source, 'reason': reason, 'init_system': self.init,
+                               'files': [files[kind][0] for kind in sorted(files) if files[kind][1] is not None]}
+        self.other_service = other_service
+        return files, current, actions, service
+
+    def service(self, name):
+        return Service(self.init, name, self.run, self.tools, find_pid=lambda: None) if self.init else None
+
+    # ---- the run ----------------------------------------------------------------
+    def converge(self):
+        p = self.request
+        problem = boot.path_problem(p.path, p.nvidia_ctk)
+        if problem:
+            self.fail(problem)
+        real, current = self.read_spec()
+        spec_actions = []
+        generated = None
+        if p.state == 'present':
+            found = self.generate()
+            if found is None:
+                spec_actions = ['write_spec']
+                self.result['stale'] = ['there is no nvidia-ctk to generate it with yet']
+            else:
+                generated, summary = found
+                if _cdi.needs_write(current, generated):
+                    spec_actions = ['write_spec']
+                    self.result['stale'] = stale_reasons(current, summary, _cdi.spec_format(p.path))
+        elif current is not None:
+            spec_actions = ['remove_spec'] if self.ours(current) else []
+        files, boot_current, boot_actions, service = ({}, {}, [], None)
+        if p.boot:
+            files, boot_current, boot_actions, service = self.boot_plan()
+        actions = spec_actions + boot_actions if p.state == 'present' else boot_actions + spec_actions
+        self.result.update(actions=actions, changed=bool(actions))
+        if self.want_diff:
+            self.result['diff'] = self.diff(current, generated, spec_actions, files, boot_current, boot_actions)
+        if not self.check_mode:
+            for action in actions:
+                self.apply(action, real, generated, files, service)
+        self.result['warnings'] = self.warnings
+        return self.result
+
+    def ours(self, text):
+        """Whether the spec file holds NVIDIA's GPU spec (``state: absent`` removes nothing else)."""
+        try:
+            summary = summarize(text, _cdi.spec_format(self.request.path))
+        except ValueError:
+            summary = {'kind': None}
+        kind = (summary or {'kind': None})['kind']
+        if kind != 'nvidia.com/gpu':
+            self.warnings.append('%s is not an NVIDIA GPU CDI spec (kind %s): left as it is'
+                                 % (self.request.path, kind))
+            return False
+        return True
+
+    def diff(self, current, generated, spec_actions, files, boot_current, boot_actions):
+        found = []
+        path = self.request.path
+        if spec_actions:
+            found.append({'before_header': path, 'after_header': path, 'before': current or '',
+                          'after': generated or '' if 'write_spec' in spec_actions else ''})
+        for kind in sorted(files):
+            if {'write_' + kind, 'remove_' + kind} & set(boot_actions):
+                unit_path, text, _mode = files[kind]
+                found.append({'before_header': unit_path, 'after_header': unit_path,
+                              'before': boot_current.get(kind) or '',
+                              'after': text if 'write_' + kind in boot_actions else ''})
+        return found
+
+    def apply(self, action, real, generated, files, service):
+        try:
+            if action == 'write_spec':
+                _host.ensure_directory(real)
+                _host.write_atomic(real, generated.encode('utf-8'), mode=0o644, label=self.label)
+            elif action == 'remove_spec':
+                os.unlink(real)
+            elif action.startswith('write_'):
+                path, text, mode = files[action[len('write_'):]]
+                real_piece = _host.resolve_path(self.host_path(path), reader='the host at boot, as root')
+                _host.ensure_directory(real_piece)
+                _host.write_atomic(real_piece, text.encode('utf-8'), mode=mode, label=self.label)
+            elif action.startswith('remove_'):
+                os.unlink(self.host_path(files[action[len('remove_'):]][0]))
+            elif action == 'disable_other':
+                self.other_service.disable()
+            else:
+                getattr(service, action)()
+        except (GpufleetError, OSError) as exc:
+            self.fail('%s failed: %s' % (action, exc))
