@@ -11,9 +11,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern import Concern
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._dev_char import Runner as DevCharRunner
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import RunFailed
 
 
 SPEC = dict(
@@ -26,9 +29,22 @@ SPEC = dict(
 )
 
 
-def run(module):
-    api = DockerAPI(module.params['docker_host'], timeout=5.0) if module.params['report_containers'] else None
-    return DevCharRunner(module, api=api).converge()
+def run(module, **kwargs):
+    """The module's result; ``kwargs`` go to the Runner (tests: ``root``, ``lstat``, ``api``, ``clock``)."""
+    p = module.params
+    if 'api' not in kwargs:
+        kwargs['api'] = DockerAPI(p['docker_host'], timeout=5.0) if p['report_containers'] else None
+    run_command = _module.runner(module)
+    runner = DevCharRunner(p, run_command, lambda chosen: _module.init_system(module, run_command, chosen),
+                           check_mode=module.check_mode, diff=module._diff, label=_host.selinux_labeller(module),
+                           **kwargs)
+    try:
+        result = runner.converge()
+    except RunFailed as exc:
+        module.fail_json(msg=exc.msg, **dict(runner.result, **exc.extra))
+    for warning in runner.warnings:
+        module.warn(warning)
+    return result
 
 
 CONCERN = Concern('device_links', 'device_links', SPEC, run)

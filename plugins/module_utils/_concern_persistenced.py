@@ -12,7 +12,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern import Concern
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import RunFailed
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._persistenced_deploy import Deployer
 
 
@@ -53,7 +55,14 @@ def run(module):
         pd.validate(p)
     except pd.ConfigError as exc:
         module.fail_json(msg=str(exc))
-    return Deployer(module).converge()
+    deployer = Deployer(module.params, _module.HostCalls(module))
+    try:
+        result = deployer.converge()
+    except RunFailed as exc:
+        module.fail_json(msg=exc.msg, **exc.extra)
+    for warning in deployer.warnings:
+        module.warn(warning)
+    return result
 
 
 CONCERN = Concern('persistenced', 'persistenced', SPEC, run)

@@ -44,9 +44,8 @@ from collections import namedtuple
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _boot_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engine_names
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPIError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, HostFileError, RunFailed
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_files import INIT_SYSTEMS, unit_mode, unit_path
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
 
@@ -556,22 +555,29 @@ def docker_report(api, ready):
 # --------------------------------------------------------------------------
 
 class Runner(object):
-    """One run of the device_links module; ``converge()`` returns the result for ``exit_json``.
+    """One run of the device_links module; ``converge()`` returns the result for ``exit_json``, its warnings in
+    ``warnings``, or raises RunFailed (the message; ``result`` is what was found and done until then).
 
-    ``module`` gives ``params``, ``check_mode``, ``_diff``, ``warn``, ``fail_json``
-    and ``run_command``. ``root`` is where the boot files go ('/' on a host),
-    ``lstat`` reads the device nodes, ``api`` is dockerd's API client (or
-    None) and ``clock`` the time: tests replace them.
+    It holds no AnsibleModule: ``params`` are the module's options, ``run(argv) -> (rc, out, err)`` runs a host
+    command, ``init_system(chosen) -> (init, tools, detected)`` finds the init system (``_module.init_system``),
+    ``label`` is the SELinux labeller of ``_host.write_atomic``. ``root`` is where the boot files go ('/' on a
+    host), ``lstat`` reads the device nodes, ``api`` is dockerd's API client (or None) and ``clock`` the time:
+    tests replace them.
 
     Order is the point: the links exist before anything here can make
     systemd reload (the boot unit's ``daemon-reload``/``enable``), and the boot
     pieces go before the links on ``absent``, so nothing recreates them.
     """
 
-    def __init__(self, module, root='/', lstat=os.lstat, api=None, clock=time.time):
-        self.module = module
-        self._run = _module.runner(module)
-        self.params = module.params
+    def __init__(self, params, run, init_system, check_mode=False, diff=False, label=None, root='/', lstat=os.lstat,
+                 api=None, clock=time.time):
+        self._run = run
+        self.init_system = init_system
+        self.check_mode = check_mode
+        self.diff = diff
+        self.label = label
+        self.warnings = []
+        self.params = params
         self.root = root
         self.lstat = lstat
         self.api = api
@@ -583,7 +589,7 @@ class Runner(object):
         self.files = {}
 
     def fail(self, msg):
-        self.module.fail_json(msg='%s: %s' % (self.host, msg), **self.result)
+        raise RunFailed('%s: %s' % (self.host, msg))
 
     def run(self, argv):
         return self._run(argv)
@@ -594,11 +600,11 @@ class Runner(object):
     # ---- facts ----------------------------------------------------------------
     def detect_init(self):
         chosen = self.params['init_system']
-        init, tools, detected = _module.init_system(self.module, self.run, chosen)
+        init, tools, detected = self.init_system(chosen)
         if init not in RENDER_UNIT:
-            self.module.warn('%s: no init system recognised (%s): only the udev rule will run %s at boot; set '
-                             'init_system if this host runs systemd, SysV or Upstart'
-                             % (self.host, detected['reason'], SCRIPT_PATH))
+            self.warnings.append('%s: no init system recognised (%s): only the udev rule will run %s at boot; set '
+                                 'init_system if this host runs systemd, SysV or Upstart'
+                                 % (self.host, detected['reason'], SCRIPT_PATH))
             init = None
         self.service = Service(init, SERVICE, self.run, tools, find_pid=lambda: None) if init else None
         self.result['init_system'] = init
@@ -646,9 +652,9 @@ class Runner(object):
             removed=[os.path.join(char_dir, link) for link, _target in plan.remove],
             conflicts=[{'link': os.path.join(char_dir, link), 'problem': problem}
                        for link, problem in plan.conflicts])
-        if self.module._diff:
+        if self.diff:
             self.result['diff'] = [diff(plan, char_dir)] + self.boot_diff(boot_current, actions)
-        if not self.module.check_mode:
+        if not self.check_mode:
             if p['state'] == 'present':
                 self.apply_links(char_dir, plan)
                 self.apply_boot(boot_actions or [])
@@ -656,7 +662,7 @@ class Runner(object):
                 self.apply_boot(boot_actions or [])
                 self.apply_links(char_dir, plan)
         for conflict in self.result['conflicts']:
-            self.module.warn('%s: %s %s' % (self.host, conflict['link'], conflict['problem']))
+            self.warnings.append('%s: %s %s' % (self.host, conflict['link'], conflict['problem']))
         if p['state'] == 'present' and p['report_containers'] and self.api is not None:
             self.report(plan, entries)
 
@@ -702,16 +708,16 @@ class Runner(object):
     def write(self, path, text, mode):
         real = _host.resolve_path(path, reader='the host at boot, as root')
         _host.ensure_directory(real)
-        _host.write_atomic(real, text.encode('utf-8'), mode=mode, label=_host.selinux_labeller(self.module))
+        _host.write_atomic(real, text.encode('utf-8'), mode=mode, label=self.label)
 
     def report(self, plan, entries):
         ready = links_ready(plan, entries, self.clock())
         try:
             driver, exposed = docker_report(self.api, ready)
         except DockerAPIError as exc:
-            self.module.warn('%s: could not list the running containers to find those started without the '
-                             '/dev/char links: %s' % (self.host, exc))
+            self.warnings.append('%s: could not list the running containers to find those started without the '
+                                 '/dev/char links: %s' % (self.host, exc))
             return
         self.result.update(cgroup_driver=driver, exposed_containers=exposed)
         for container in exposed:
-            self.module.warn('%s: %s' % (self.host, exposure_warning(container)))
+            self.warnings.append('%s: %s' % (self.host, exposure_warning(container)))

@@ -31,3 +31,16 @@ class HostFileError(GpufleetError):
 
 class ServiceError(GpufleetError):
     """An init-system command failed, or a tool it needs is missing."""
+
+
+class RunFailed(BaseException):
+    """A module's run ends in failure, as ``AnsibleModule.fail_json`` would end it: ``msg`` (naming the host) and
+    ``extra`` (result keys to fail with). The operations that run a whole module (``_dev_char.Runner``,
+    ``_persistenced_deploy.Deployer``) raise it instead of holding an AnsibleModule; the module layer turns it
+    into ``fail_json``. A BaseException, as fail_json's SystemExit is, so that no ``except GpufleetError`` or
+    ``except Exception`` on the way (a rollback's) takes it for an error to handle."""
+
+    def __init__(self, msg, **extra):
+        BaseException.__init__(self, msg)
+        self.msg = msg
+        self.extra = extra

@@ -13,8 +13,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, RunFailed
 
 
 def runner(module, environ=None):
@@ -56,3 +57,30 @@ def config_run(module, path, converge):
     if module._diff:
         result['diff'] = dict(before=before, after=after, before_header=path, after_header=path)
     return result
+
+
+class HostCalls(object):
+    """What an operation that runs a whole module (``_persistenced_deploy.Deployer``) asks of the AnsibleModule,
+    handed to it so that it holds no AnsibleModule and imports nothing of this layer: ``run(argv)`` (``runner``),
+    ``init_system(chosen)``, ``bin_path(name)`` (a missing tool ends the run, as ``get_bin_path(required=True)``
+    does), ``backup(path)``, ``label`` (``_host.selinux_labeller``), ``check_mode`` and ``diff``."""
+
+    def __init__(self, module):
+        self._module = module
+        self.run = runner(module)
+        self.check_mode = module.check_mode
+        self.diff = module._diff
+        self.label = _host.selinux_labeller(module)
+
+    def init_system(self, chosen='auto'):
+        return init_system(self._module, self.run, chosen)
+
+    def bin_path(self, name):
+        path = self._module.get_bin_path(name)
+        if path is None:
+            raise RunFailed('%s: %s is needed and was not found on this host (looked in PATH and the sbin '
+                            'directories)' % (_host.os.uname()[1], name))
+        return path
+
+    def backup(self, path):
+        return self._module.backup_local(path)

@@ -24,11 +24,10 @@ import sys
 import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, HostFileError, ServiceError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError, HostFileError, RunFailed, ServiceError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
 
@@ -49,15 +48,21 @@ def _lookup(getter, name):
 
 
 class Deployer(object):
-    """One run of the persistenced module. ``converge()`` returns the result for ``exit_json``."""
+    """One run of the persistenced module. ``converge()`` returns the result for ``exit_json``, its warnings in
+    ``warnings``, or raises RunFailed (the message and the result keys to fail with).
+
+    It holds no AnsibleModule: ``params`` are the module's options and ``calls`` what it asks of the module
+    (``_module.HostCalls``: commands, the init system, tools, backups, the SELinux labeller, check and diff
+    mode)."""
 
     # Seconds a stopped daemon may take to be gone after its service's stop returned (the process exits).
     STOP_SETTLE = 10.0
 
-    def __init__(self, module):
-        self.module = module
-        self._run = _module.runner(module)
-        self.params = dict(module.params)
+    def __init__(self, params, calls):
+        self.calls = calls
+        self._run = calls.run
+        self.params = dict(params)
+        self.warnings = []
         self.host = os.uname()[1]
         self.result = {'changed': False, 'actions': []}
         self.pw = self.gr = None
@@ -65,7 +70,7 @@ class Deployer(object):
 
     # ---- helpers --------------------------------------------------------------
     def fail(self, msg, **extra):
-        self.module.fail_json(msg='%s: %s' % (self.host, msg), actions=self.result['actions'], **extra)
+        raise RunFailed('%s: %s' % (self.host, msg), actions=self.result['actions'], **extra)
 
     def run(self, argv):
         return self._run(argv)
@@ -82,7 +87,7 @@ class Deployer(object):
                 os.makedirs(directory, 0o755)
         except OSError as exc:
             raise HostFileError('cannot write %s: %s; the file was left as it was' % (path, exc.strerror or exc))
-        _host.write_atomic(path, text.encode('utf-8'), mode=mode, label=_host.selinux_labeller(self.module))
+        _host.write_atomic(path, text.encode('utf-8'), mode=mode, label=self.calls.label)
 
     def restore_file(self, path, text, mode):
         if text is None:
@@ -110,7 +115,7 @@ class Deployer(object):
     # ---- facts ----------------------------------------------------------------
     def detect(self):
         p = self.params
-        init, tools, detected = _module.init_system(self.module, self.run, p['init_system'])
+        init, tools, detected = self.calls.init_system(p['init_system'])
         if init == 'unknown':
             self.fail('no init system recognised (%s); set init_system to systemd, sysvinit or upstart if this host '
                       'really runs one' % detected['reason'])
@@ -153,7 +158,7 @@ class Deployer(object):
             self.fail('group %s does not exist and create_user is false' % p['group'])
         if self.pw is not None:
             for warning in pd.account_warnings(self.pw.pw_name, self.pw.pw_uid, self.pw.pw_shell or ''):
-                self.module.warn('%s: %s' % (self.host, warning))
+                self.warnings.append('%s: %s' % (self.host, warning))
 
     def inspect_state_dir(self):
         """Refuse a state directory that is not dedicated, before anything changes; True when it is as wanted."""
@@ -233,13 +238,13 @@ class Deployer(object):
                    'create_user': p['user'] != 'root', 'create_group': p['group'] != 'root'}
         actions = pd.plan_present(current, desired)
         self.result.update(daemon=kind, daemon_path=daemon_path, actions=actions, changed=bool(actions))
-        if self.module._diff:
+        if self.calls.diff:
             self.result['diff'] = [dict(before_header=self.unit_path, after_header=self.unit_path,
                                         before=current_unit or '', after=desired_unit)]
             if current_binary != desired_binary:
                 self.result['diff'].append(dict(before_header=p['bundled_path'], after_header=p['bundled_path'],
                                                 before=current_binary or '', after=desired_binary))
-        if self.module.check_mode:
+        if self.calls.check_mode:
             self.result['pid'] = self.service.pid()
             return
         self.apply(actions, current, desired, self.present_failed)
@@ -253,7 +258,7 @@ class Deployer(object):
         self.fail(str(exc), changed=True)
 
     def create_group(self, current, desired):
-        rc, out, err = self.run([self.module.get_bin_path('groupadd', required=True), '-r', self.params['group']])
+        rc, out, err = self.run([self.calls.bin_path('groupadd'), '-r', self.params['group']])
         if rc != 0:
             self.fail('creating group %s failed: %s' % (self.params['group'], (err or out).strip()))
         self.gr = grp.getgrnam(self.params['group'])
@@ -261,7 +266,7 @@ class Deployer(object):
     def create_user(self, current, desired):
         p = self.params
         nologin = next((s for s in ('/usr/sbin/nologin', '/sbin/nologin') if os.path.exists(s)), '/bin/false')
-        argv = [self.module.get_bin_path('useradd', required=True), '-r', '-M', '-d', '/', '-s', nologin,
+        argv = [self.calls.bin_path('useradd'), '-r', '-M', '-d', '/', '-s', nologin,
                 '-c', 'NVIDIA Persistence Daemon', '-g', p['group'], p['user']]
         rc, out, err = self.run(argv)
         if rc != 0:
@@ -290,7 +295,7 @@ class Deployer(object):
 
     def backup_unit(self, current, desired):
         if self.params['backup']:
-            self.result['backup_file'] = self.module.backup_local(self.unit_path)
+            self.result['backup_file'] = self.calls.backup(self.unit_path)
 
     def write_unit(self, current, desired):
         self.write_file(self.unit_path, desired['unit'], self.unit_mode)
@@ -363,10 +368,10 @@ class Deployer(object):
         desired = {'remove_user': p['remove_user'], 'user': p['user'], 'group': p['group']}
         actions = pd.plan_absent(current, desired)
         self.result.update(actions=actions, changed=bool(actions))
-        if self.module._diff and pd.is_ours(unit):
+        if self.calls.diff and pd.is_ours(unit):
             self.result['diff'] = dict(before_header=self.unit_path, after_header=self.unit_path,
                                        before=unit, after='')
-        if self.module.check_mode:
+        if self.calls.check_mode:
             return
         self.apply(actions, current, desired, self.absent_failed)
 
@@ -397,7 +402,7 @@ class Deployer(object):
     def remove_account(self, tool, name, lookup):
         if _lookup(lookup, name) is None:
             return
-        rc, out, err = self.run([self.module.get_bin_path(tool, required=True), name])
+        rc, out, err = self.run([self.calls.bin_path(tool), name])
         if rc != 0:
             self.fail('%s %s failed: %s' % (tool, name, (err or out).strip()))
 
@@ -415,11 +420,11 @@ class Deployer(object):
             self.fail(str(exc) if pid is None else '%s (a daemon runs without it, pid %d: stop it by hand)'
                       % (exc, pid))
         self.result.update(actions=actions, changed=bool(actions))
-        if self.module._diff:
+        if self.calls.diff:
             header = '%s (service state)' % p['service_name']
             self.result['diff'] = dict(before_header=header, after_header=header, after='stopped\n',
                                        before='running\n' if running else 'stopped\n')
-        if self.module.check_mode:
+        if self.calls.check_mode:
             self.result['pid'] = pid
             # the daemon would be stopped: what else would still hold the GPUs
             self.report_holders(exclude=(pid,))
@@ -453,10 +458,10 @@ class Deployer(object):
         holders = [h for h in _host.open_file_holders((pd.DEVICE_PREFIX,)) if h['pid'] not in exclude]
         self.result['device_holders'] = holders
         if holders:
-            self.module.warn('%s: %d process(es) still hold NVIDIA device files, which keeps the driver from being '
-                             'unloaded or a GPU reset: %s' % (self.host, len(holders), '; '.join(
-                                 'pid %d (%s, uid %s): %s' % (h['pid'], h['name'], h['uid'], ', '.join(h['paths']))
-                                 for h in holders)))
+            listed = '; '.join('pid %d (%s, uid %s): %s' % (h['pid'], h['name'], h['uid'], ', '.join(h['paths']))
+                               for h in holders)
+            self.warnings.append('%s: %d process(es) still hold NVIDIA device files, which keeps the driver from being '
+                                 'unloaded or a GPU reset: %s' % (self.host, len(holders), listed))
 
     # What each action of any plan does: one table for every state. Errors go to the state's handler (apply).
     ACTIONS = {

@@ -13,6 +13,7 @@ import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_deploy as deploy
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import RunFailed
 
 OURS = '# Managed by gpufleet.nvidia (gpufleet.nvidia.persistenced) for nvidia-persistenced.\n[Unit]\n'
 THEIRS = '#!/bin/sh\n# NVIDIA sample script\n'
@@ -172,24 +173,24 @@ def test_every_planned_action_has_one_handler():
     assert planned == set(deploy.Deployer.ACTIONS)
 
 
-class Failed(Exception):
-    pass
+# The Deployer ends a failed run with RunFailed (the module layer turns it into fail_json).
+Failed = RunFailed
 
 
-class FakeModule(object):
-    """What Deployer uses of AnsibleModule; fail_json raises ``Failed`` with its arguments."""
+def failure(exc):
+    """What the module fails with: the message and the result keys."""
+    return dict(exc.value.extra, msg=exc.value.msg)
+
+
+class FakeCalls(object):
+    """What Deployer asks of the module (``_module.HostCalls``): commands through ``run``."""
 
     check_mode = False
-    _diff = False
+    diff = False
+    label = None
 
-    def __init__(self, **params):
-        self.params = dict(params)
-
-    def fail_json(self, **kwargs):
-        raise Failed(kwargs)
-
-    def selinux_enabled(self):
-        return False
+    def __init__(self, run):
+        self.run = run
 
 
 def deployer_with(tmp_path, init_system, answers, **params):
@@ -199,8 +200,8 @@ def deployer_with(tmp_path, init_system, answers, **params):
     def run(argv):
         calls.append(' '.join([argv[0].rsplit('/', 1)[-1]] + list(argv[1:])))
         return answers.get(calls[-1], (0, '', ''))
-    deployer = deploy.Deployer(FakeModule(service_name='nvidia-persistenced', bundled_path=str(tmp_path / 'bin'),
-                                          **params))
+    deployer = deploy.Deployer(dict(service_name='nvidia-persistenced', bundled_path=str(tmp_path / 'bin'), **params),
+                               FakeCalls(run))
     deployer.init = init_system
     deployer.service = deploy.Service(init_system, 'nvidia-persistenced', run, {'systemctl': '/bin/systemctl'},
                                       find_pid=lambda: None)
@@ -215,8 +216,8 @@ def test_absent_names_the_action_that_failed(tmp_path):
     (tmp_path / 'unit').write_text(OURS)
     with pytest.raises(Failed) as exc:
         deployer.apply(['stop', 'remove_unit'], {}, {}, deployer.absent_failed)
-    assert 'removing the persistence daemon failed at stop: stop nvidia-persistenced failed' in exc.value.args[0]['msg']
-    assert 'Access denied' in exc.value.args[0]['msg']
+    assert 'removing the persistence daemon failed at stop: stop nvidia-persistenced failed' in failure(exc)['msg']
+    assert 'Access denied' in failure(exc)['msg']
     assert (tmp_path / 'unit').read_text() == OURS  # nothing after the failed action ran
 
 
@@ -229,9 +230,9 @@ def test_present_puts_the_previous_definition_back_when_a_service_command_fails(
     with pytest.raises(Failed) as exc:
         deployer.apply(['install_binary', 'write_unit', 'reload_init', 'enable', 'start'], current, desired,
                        deployer.present_failed)
-    msg = exc.value.args[0]['msg']
+    msg = failure(exc)['msg']
     assert 'enabling nvidia-persistenced failed' in msg and 'the previous service definition was restored' in msg
-    assert 'Daemon log' in msg and exc.value.args[0]['changed'] is True
+    assert 'Daemon log' in msg and failure(exc)['changed'] is True
     assert (tmp_path / 'unit').read_text() == THEIRS and not (tmp_path / 'bin').exists()
     assert 'systemctl start nvidia-persistenced' not in calls
 
@@ -242,7 +243,7 @@ def test_a_write_that_fails_names_the_file(tmp_path):
     deployer.unit_path = str(tmp_path / 'file' / 'unit')
     with pytest.raises(Failed) as exc:
         deployer.apply(['write_unit'], {}, dict(unit=OURS), deployer.present_failed)
-    assert 'cannot write %s' % deployer.unit_path in exc.value.args[0]['msg'] and calls == []
+    assert 'cannot write %s' % deployer.unit_path in failure(exc)['msg'] and calls == []
 
 
 # --------------------------------------------------------------------------
@@ -264,10 +265,8 @@ def holders(monkeypatch):
 def stopped_deployer(tmp_path, unit=OURS, running=True, survives=False, answers=None, check_mode=False):
     """A SysV host whose daemon (pid DAEMON_PID) is gone once its script's stop ran, unless it ``survives``."""
     deployer, calls = deployer_with(tmp_path, 'sysvinit', answers or {}, state='stopped')
-    deployer.module.check_mode = check_mode
-    deployer.module._diff = True
-    deployer.module.warnings = []
-    deployer.module.warn = deployer.module.warnings.append
+    deployer.calls.check_mode = check_mode
+    deployer.calls.diff = True
     deployer.STOP_SETTLE = 0.3
 
     def find_pid():
@@ -288,7 +287,7 @@ def test_stopped_stops_the_daemon_and_touches_nothing_else(tmp_path, holders, un
     assert deployer.result['pid'] is None and deployer.result['device_holders'] == []
     assert deployer.result['diff']['before'] == 'running\n' and deployer.result['diff']['after'] == 'stopped\n'
     assert (tmp_path / 'unit').read_text() == unit and not (tmp_path / 'bin').exists()
-    assert deployer.module.warnings == []
+    assert deployer.warnings == []
 
 
 def test_stopped_again_changes_nothing(tmp_path, holders):
@@ -313,8 +312,8 @@ def test_stopped_warns_about_what_still_holds_the_gpus(tmp_path, holders):
     deployer, calls = stopped_deployer(tmp_path)
     deployer.stopped()
     assert deployer.result['device_holders'] == [HOLDER]
-    assert len(deployer.module.warnings) == 1
-    warning = deployer.module.warnings[0]
+    assert len(deployer.warnings) == 1
+    warning = deployer.warnings[0]
     assert '1 process(es) still hold NVIDIA device files' in warning
     assert 'pid 777 (dcgm-exporter, uid 0): /dev/nvidia0, /dev/nvidiactl' in warning
 
@@ -324,7 +323,7 @@ def test_stopped_fails_when_the_service_is_not_installed(tmp_path, holders, runn
     deployer, calls = stopped_deployer(tmp_path, unit=None, running=running)
     with pytest.raises(Failed) as exc:
         deployer.stopped()
-    msg = exc.value.args[0]['msg']
+    msg = failure(exc)['msg']
     assert 'it is not installed (no %s)' % deployer.unit_path in msg and 'state=present first' in msg
     assert ('a daemon runs without it, pid %d: stop it by hand' % DAEMON_PID in msg) is running
     assert calls == []
@@ -335,7 +334,7 @@ def test_stopped_names_a_failed_stop(tmp_path, holders):
     deployer, calls = stopped_deployer(tmp_path, answers=answers)
     with pytest.raises(Failed) as exc:
         deployer.stopped()
-    msg = exc.value.args[0]['msg']
+    msg = failure(exc)['msg']
     assert 'stopping the persistence daemon failed at stop' in msg and 'did not stop after SIGTERM' in msg
     assert 'Daemon log' in msg
 
@@ -344,6 +343,6 @@ def test_stopped_fails_when_a_daemon_is_left(tmp_path, holders):
     deployer, calls = stopped_deployer(tmp_path, survives=True)
     with pytest.raises(Failed) as exc:
         deployer.stopped()
-    msg = exc.value.args[0]['msg']
+    msg = failure(exc)['msg']
     assert 'still running after stop (pid %d)' % DAEMON_PID in msg and 'stop it by hand' in msg
-    assert exc.value.args[0]['changed'] is True
+    assert failure(exc)['changed'] is True

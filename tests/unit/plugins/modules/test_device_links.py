@@ -18,6 +18,7 @@ import pytest
 
 from ansible.module_utils import basic
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_device_links
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dev_char as dc
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
 from ansible_collections.gpufleet.nvidia.plugins.modules import device_links
@@ -150,8 +151,14 @@ def systemd_host(monkeypatch):
     monkeypatch.setattr(_init_system, 'detect', detect)
 
 
-def runner(module, root, api=None, clock=lambda: 1000.0):
-    return dc.Runner(module, root=str(root), lstat=fake_lstat, api=api, clock=clock)
+class runner(object):  # pylint: disable=invalid-name
+    """The module's run (its concern's, with this fake host): ``runner(module, root).converge()``."""
+
+    def __init__(self, module, root, api=None, clock=lambda: 1000.0):
+        self.module, self.kwargs = module, dict(root=str(root), lstat=fake_lstat, api=api, clock=clock)
+
+    def converge(self):
+        return _concern_device_links.run(self.module, **self.kwargs)
 
 
 def test_boot_pieces_are_written_after_the_links_and_enabled(tmp_path, systemd_host):
