@@ -55,6 +55,19 @@ def plan_absent(kinds, current, enabled):
     return actions
 
 
+def diffs(kinds, files, current, actions):
+    """Ansible's diff of each piece of ``kinds`` that ``actions`` write or remove: ``files`` {kind: (path, text,
+    mode)}, ``current`` {kind: text or None}; a removed piece's after is empty."""
+    found = []
+    for kind in kinds:
+        if kind not in files or not ({'write_' + kind, 'remove_' + kind} & set(actions)):
+            continue
+        path, text, _mode = files[kind]
+        found.append({'before_header': path, 'after_header': path, 'before': current.get(kind) or '',
+                      'after': text if 'write_' + kind in actions else ''})
+    return found
+
+
 # --------------------------------------------------------------------------
 # A boot-time program's unit under each init system: it runs once, before the container engines start
 # --------------------------------------------------------------------------

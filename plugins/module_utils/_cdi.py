@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""NVIDIA's CDI spec (``nvidia-ctk cdi generate``): what it says, whether it is stale, whether to write it (pure).
+"""NVIDIA's CDI spec (``nvidia-ctk cdi generate``): what it says, why it is stale, whether to write it (pure).
 
 This module is PRIVATE to the gpufleet.nvidia collection: its API may change
 at any time. Text in, findings out, no host access: a concern runs NVIDIA's
-``nvidia-ctk`` (``generate_argv``), reads the spec file and the GPUs, and
-writes through the host layer; this file decides.
+``nvidia-ctk`` (``generate_argv``), reads the spec file, and writes through
+the host layer; this file decides.
 
 What it relies on, measured with NVIDIA's toolkit 1.20.0 on the driver kit's
 fake hosts: ``--format json`` prints one line of JSON (no trailing newline)
@@ -15,7 +15,8 @@ the ``enable-cuda-compat`` hook (``--host-driver-version=535.171.04``) and in
 the versioned driver libraries it mounts (``libcuda.so.535.171.04``); devices
 are named by index (``0``, MIG ``0:1``), UUID (``GPU-...``, ``MIG-...``) or
 type and index (``gpu0``, ``mig0:1``), plus ``all``; a GPU with MIG enabled
-appears only as its MIG devices. JSON only: the managed host may lack PyYAML.
+appears only as its MIG devices. ``parse_spec`` reads JSON (the caller turns YAML into it where PyYAML is
+installed); ``outline_yaml`` reads nvidia-ctk's own YAML layout on a host without PyYAML.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -35,28 +36,17 @@ DEFAULT_SPEC_PATH = '/var/run/cdi/nvidia.yaml'
 # The CDI library reads only these; nvidia-ctk adds ``.yaml`` to any other name. JSON is valid YAML: the CDI
 # library reads a ``.yaml`` file holding JSON text.
 SPEC_EXTENSIONS = {'.json': 'json', '.yaml': 'yaml'}
+# The kind of NVIDIA's GPU spec (``state: absent`` removes no other).
 KIND = 'nvidia.com/gpu'
 # nvidia-ctk's --device-name-strategy values, and its default (both index and uuid names, each device twice).
 STRATEGIES = ('index', 'uuid', 'type-index')
 DEFAULT_STRATEGIES = ('index', 'uuid')
-ALL_DEVICE = 'all'
-NVIDIA_MAJOR = 195
 
-VERSION_RE = re.compile(r'\A[0-9]+\.[0-9]+(?:\.[0-9]+)*\Z')
 CDI_VERSION_RE = re.compile(r'\A[0-9]+\.[0-9]+\.[0-9]+\Z')
 KIND_RE = re.compile(r'\A[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z')
 HOOK_VERSION_RE = re.compile(r'\A--host-driver-version=(.+)\Z')
 # A driver library under its versioned name, as the spec mounts it or links to it.
 LIBRARY_VERSION_RE = re.compile(r'(?:\A|/)lib(?:cuda|nvidia-ml)\.so\.([0-9]+\.[0-9]+(?:\.[0-9]+)?)\Z')
-GPU_NODE_RE = re.compile(r'\A/dev/nvidia([0-9]+)\Z')
-GPU_NAME_RES = {
-    'index': re.compile(r'\A([0-9]+)\Z'),
-    'type-index': re.compile(r'\Agpu([0-9]+)\Z'),
-}
-MIG_NAME_RES = {
-    'index': re.compile(r'\A([0-9]+):([0-9]+)\Z'),
-    'type-index': re.compile(r'\Amig([0-9]+):([0-9]+)\Z'),
-}
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 
 
@@ -306,113 +296,22 @@ def outline_yaml(text):
 
 
 # --------------------------------------------------------------------------
-# Is the spec still the host's?
+# Why the spec on the host is not what nvidia-ctk generates now
 # --------------------------------------------------------------------------
 
-def gpu_names(gpu, strategies=DEFAULT_STRATEGIES):
-    """The names nvidia-ctk gives a whole GPU ({'index': 0, 'uuid': 'GPU-...'}) under ``strategies``."""
-    names = {'index': str(gpu['index']), 'type-index': 'gpu%d' % gpu['index'], 'uuid': gpu.get('uuid')}
-    return [names[s] for s in strategies if names[s]]
-
-
-def mig_names(gpu, mig, strategies=DEFAULT_STRATEGIES):
-    """The names nvidia-ctk gives MIG device ``mig`` ({'index': 1, 'uuid': 'MIG-...'}) of ``gpu``."""
-    names = {'index': '%d:%d' % (gpu['index'], mig['index']), 'type-index': 'mig%d:%d' % (gpu['index'], mig['index']),
-             'uuid': mig.get('uuid')}
-    return [names[s] for s in strategies if names[s]]
-
-
-def _describe(gpu):
-    return 'GPU %s (%s)' % (gpu['index'], gpu.get('uuid') or 'no UUID')
-
-
-def _node_paths(summary, name):
-    return [n['path'] for n in summary['device_nodes'].get(name, [])]
-
-
-def _gpu_reasons(summary, gpu, strategies, expected):
+def differences(old, new):
+    """Why a spec (``old``: its summary, as ``parse_spec`` or ``outline_yaml`` give it) is not the one nvidia-ctk
+    generates now (``new``: its summary), for a text that differs: the driver version, the devices added or gone
+    (a GPU added or taken out, MIG turned on or off: nvidia-ctk names MIG devices instead of their GPU), else
+    the nodes, libraries or hooks."""
     reasons = []
-    names = gpu_names(gpu, strategies)
-    expected.update(names)
-    present = [n for n in names if n in summary['device_nodes']]
-    if not present:
-        return ['%s is not in the spec' % _describe(gpu)]
-    if len(present) < len(names):
-        reasons.append('%s is in the spec only as %s (missing: %s)' % (
-            _describe(gpu), ', '.join(present), ', '.join(n for n in names if n not in present)))
-    want = '/dev/nvidia%d' % gpu['minor'] if gpu.get('minor') is not None else None
-    for name in present:
-        paths = _node_paths(summary, name)
-        if want and want not in paths:
-            reasons.append('%s is %s, but the spec\'s device %s gives %s' % (
-                _describe(gpu), want, name, ', '.join(paths) or 'no device node'))
-    return reasons
-
-
-def _mig_reasons(summary, gpu, strategies, expected, explained):
-    reasons = []
-    for name in gpu_names(gpu, strategies):
-        if name in summary['device_nodes']:
-            explained.add(name)
-            reasons.append('%s has MIG enabled, but the spec offers it whole as %s' % (_describe(gpu), name))
-    for mig in gpu.get('mig_devices') or []:
-        names = mig_names(gpu, mig, strategies)
-        expected.update(names)
-        missing = [n for n in names if n not in summary['device_nodes']]
-        if missing:
-            reasons.append('MIG device %d:%d (%s) of %s is not in the spec as %s' % (
-                gpu['index'], mig['index'], mig.get('uuid') or 'no UUID', _describe(gpu), ', '.join(missing)))
-    return reasons
-
-
-def _is_mig_name(name):
-    return name.startswith('MIG-') or any(r.match(name) for r in MIG_NAME_RES.values())
-
-
-def stale_reasons(summary, facts, strategies=DEFAULT_STRATEGIES, all_device=True, kind=KIND):
-    """Why the spec ``summary`` (``parse_spec``) no longer describes the host; [] when it does.
-
-    ``facts``: {'driver_version': '535.171.04', 'gpus': [{'index', 'uuid', 'minor', 'mig_enabled',
-    'mig_devices': [{'index', 'uuid'}]}]}, as the collection reads them (``_gpu``: index, uuid, minor; a GPU
-    without ``mig_enabled`` is taken as a whole GPU). ``strategies`` and ``all_device`` are the options the spec
-    was generated with. Reasons name the driver version, then each GPU missing or moved, the MIG layout, and
-    the devices the spec has that no GPU explains.
-    """
-    check_strategies(strategies)
-    reasons = []
-    if summary['kind'] != kind:
-        reasons.append('the spec\'s kind is %s, not %s' % (summary['kind'], kind))
-    driver = facts.get('driver_version')
-    if summary['driver_version'] is None:
-        reasons.append('the spec names no driver version (the driver is %s)' % (driver or 'unknown'))
-    elif driver and summary['driver_version'] != driver:
-        reasons.append('the spec is for driver %s, the driver is %s' % (summary['driver_version'], driver))
-    expected, explained = set(), set()
-    gpus = sorted(facts.get('gpus') or [], key=lambda g: g['index'])
-    for gpu in gpus:
-        if gpu.get('mig_enabled'):
-            reasons.extend(_mig_reasons(summary, gpu, strategies, expected, explained))
-        else:
-            reasons.extend(_gpu_reasons(summary, gpu, strategies, expected))
-    if all_device:
-        expected.add(ALL_DEVICE)
-        reasons.extend(_all_reasons(summary, expected))
-    for name in summary['devices']:
-        if name not in expected and name not in explained:
-            what = 'MIG device' if _is_mig_name(name) else 'device'
-            reasons.append('the spec has %s %s, which no GPU of the host is' % (what, name))
-    return reasons
-
-
-def _all_reasons(summary, expected):
-    if ALL_DEVICE not in summary['device_nodes']:
-        return ['the spec has no "%s" device' % ALL_DEVICE]
-    want = set()
-    for name in expected:
-        if name != ALL_DEVICE:
-            want.update(_node_paths(summary, name))
-    have = set(_node_paths(summary, ALL_DEVICE))
-    if have != want:
-        return ['the spec\'s "%s" device gives %s, its GPUs %s' % (
-            ALL_DEVICE, ', '.join(sorted(have)) or 'nothing', ', '.join(sorted(want)) or 'nothing')]
-    return []
+    if old['driver_version'] != new['driver_version']:
+        reasons.append('driver %s, the spec names %s'
+                       % (new['driver_version'] or 'unknown', old['driver_version'] or 'none'))
+    added = [name for name in new['devices'] if name not in old['devices']]
+    gone = [name for name in old['devices'] if name not in new['devices']]
+    if added:
+        reasons.append('devices not in the spec: %s' % ', '.join(added))
+    if gone:
+        reasons.append('devices in the spec that are gone: %s' % ', '.join(gone))
+    return reasons or ['the devices\' nodes, libraries or hooks changed']

@@ -35,10 +35,10 @@ READER = 'the container engines, as root'
 # cdi_spec's argument spec: each option's one declaration (the module, node_state and Request read it).
 SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
-    path=dict(type='path', default=boot.NVIDIA_DEFAULT_OUTPUT),
+    path=dict(type='path', default=_cdi.DEFAULT_SPEC_PATH),
     nvidia_ctk=dict(type='path', default='/usr/bin/nvidia-ctk'),
-    device_name_strategy=dict(type='list', elements='str', default=['index', 'uuid'],
-                              choices=['index', 'uuid', 'type-index']),
+    device_name_strategy=dict(type='list', elements='str', default=list(_cdi.DEFAULT_STRATEGIES),
+                              choices=list(_cdi.STRATEGIES)),
     boot=dict(type='bool', default=True),
     boot_unit=dict(type='str', default='auto', choices=['auto', 'nvidia', 'gpufleet']),
     init_system=dict(type='str', default='auto', choices=['auto', 'systemd', 'sysvinit', 'upstart']),
@@ -70,8 +70,8 @@ def summarize(text, fmt):
 
 
 def stale_reasons(current, new, fmt):
-    """Why the spec on the host (``current``: its text, or None) is not what nvidia-ctk generates now (``new``:
-    its summary); [] when they are the same text."""
+    """Why the spec on the host (``current``: its text, or None), whose text differs, is not what nvidia-ctk
+    generates now (``new``: its summary)."""
     if current is None:
         return ['there is no spec yet']
     try:
@@ -80,19 +80,7 @@ def stale_reasons(current, new, fmt):
         return ['the spec on the host cannot be read as a CDI spec (%s)' % exc]
     if old is None:
         return ['the spec on the host differs from what nvidia-ctk generates now']
-    reasons = []
-    if old['driver_version'] != new['driver_version']:
-        reasons.append('driver %s, the spec names %s'
-                       % (new['driver_version'] or 'unknown', old['driver_version'] or 'none'))
-    added = [name for name in new['devices'] if name not in old['devices']]
-    gone = [name for name in old['devices'] if name not in new['devices']]
-    if added:
-        reasons.append('devices not in the spec: %s' % ', '.join(added))
-    if gone:
-        reasons.append('devices in the spec that are gone: %s' % ', '.join(gone))
-    if not reasons:
-        reasons.append('the devices\' nodes, libraries or hooks changed')
-    return reasons
+    return _cdi.differences(old, new)
 
 
 class CdiRun(object):
@@ -205,7 +193,7 @@ class CdiRun(object):
         actions = (['disable_other'] if 'disable' in removals else []) + [
             action for action in planned if action not in ('disable', 'reload_init', 'enable')]
         actions += [action for action in ('reload_init', 'enable') if action in planned]
-        for kind, path in boot.every_piece(self.init).items():
+        for kind, path in every.items():
             files.setdefault(kind, (path, None, None))
         self.result['boot'] = {'source': source, 'reason': reason, 'init_system': self.init,
                                'files': [files[kind][0] for kind in sorted(files) if files[kind][1] is not None]}
@@ -252,11 +240,10 @@ class CdiRun(object):
     def ours(self, text):
         """Whether the spec file holds NVIDIA's GPU spec (``state: absent`` removes nothing else)."""
         try:
-            summary = summarize(text, _cdi.spec_format(self.request.path))
+            kind = (summarize(text, _cdi.spec_format(self.request.path)) or {}).get('kind')
         except ValueError:
-            summary = {'kind': None}
-        kind = (summary or {'kind': None})['kind']
-        if kind != 'nvidia.com/gpu':
+            kind = None
+        if kind != _cdi.KIND:
             self.warnings.append('%s is not an NVIDIA GPU CDI spec (kind %s): left as it is'
                                  % (self.request.path, kind))
             return False
@@ -268,13 +255,7 @@ class CdiRun(object):
         if spec_actions:
             found.append({'before_header': path, 'after_header': path, 'before': current or '',
                           'after': generated or '' if 'write_spec' in spec_actions else ''})
-        for kind in sorted(files):
-            if {'write_' + kind, 'remove_' + kind} & set(boot_actions):
-                unit_path, text, _mode = files[kind]
-                found.append({'before_header': unit_path, 'after_header': unit_path,
-                              'before': boot_current.get(kind) or '',
-                              'after': text if 'write_' + kind in boot_actions else ''})
-        return found
+        return found + _boot_files.diffs(sorted(files), files, boot_current, boot_actions)
 
     def apply(self, action, real, generated, files, service):
         try:
@@ -285,9 +266,7 @@ class CdiRun(object):
                 os.unlink(real)
             elif action.startswith('write_'):
                 path, text, mode = files[action[len('write_'):]]
-                real_piece = _host.resolve_path(self.host_path(path), reader='the host at boot, as root')
-                _host.ensure_directory(real_piece)
-                _host.write_atomic(real_piece, text.encode('utf-8'), mode=mode, label=self.label)
+                _host.write_boot_file(self.host_path(path), text, mode, label=self.label)
             elif action.startswith('remove_'):
                 os.unlink(self.host_path(files[action[len('remove_'):]][0]))
             elif action == 'disable_other':

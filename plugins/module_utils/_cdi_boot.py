@@ -42,8 +42,6 @@ NVIDIA_SERVICE = 'nvidia-cdi-refresh'
 NVIDIA_UNIT_PATHS = ('/lib/systemd/system/nvidia-cdi-refresh.service', '/usr/lib/systemd/system/nvidia-cdi-refresh.service')
 NVIDIA_ENV_FILE = '/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env'
 NVIDIA_OUTPUT_VAR = 'NVIDIA_CTK_CDI_OUTPUT_FILE_PATH'
-NVIDIA_DEFAULT_OUTPUT = '/var/run/cdi/nvidia.yaml'
-NVIDIA_DEFAULT_NAMES = ['index', 'uuid']  # nvidia-ctk cdi generate's --device-name-strategy default
 DROPIN_PATH = '/etc/systemd/system/nvidia-cdi-refresh.service.d/50-gpufleet-order.conf'
 BOOT_KINDS = {'gpufleet': ('script', 'unit'), 'nvidia': ('dropin',)}
 SOURCES = ('nvidia', 'gpufleet')
@@ -103,14 +101,14 @@ def choose_source(wanted, init_system, nvidia_unit, env_text, path, names):
         why_not = 'NVIDIA\'s nvidia-cdi-refresh.service is not installed (toolkit 1.18 and later ship it)'
     else:
         env = env_assignments(env_text)
-        output = env.pop(NVIDIA_OUTPUT_VAR, NVIDIA_DEFAULT_OUTPUT)
+        output = env.pop(NVIDIA_OUTPUT_VAR, _cdi.DEFAULT_SPEC_PATH)
         if output != path:
             why_not = 'nvidia-cdi-refresh.service writes %s (%s), not %s' % (output, NVIDIA_ENV_FILE, path)
         elif env:
             why_not = '%s sets %s, which changes the spec it writes' % (NVIDIA_ENV_FILE, ', '.join(sorted(env)))
-        elif list(names) != NVIDIA_DEFAULT_NAMES:
+        elif tuple(names) != _cdi.DEFAULT_STRATEGIES:
             why_not = ('nvidia-cdi-refresh.service names devices by %s, not %s'
-                       % (' and '.join(NVIDIA_DEFAULT_NAMES), ' and '.join(names)))
+                       % (' and '.join(_cdi.DEFAULT_STRATEGIES), ' and '.join(names)))
     if wanted == 'nvidia' and why_not:
         raise ValueError('boot_unit is nvidia, but %s' % why_not)
     if wanted in ('auto', 'nvidia') and not why_not:

@@ -653,7 +653,8 @@ class Runner(object):
             conflicts=[{'link': os.path.join(char_dir, link), 'problem': problem}
                        for link, problem in plan.conflicts])
         if self.diff:
-            self.result['diff'] = [diff(plan, char_dir)] + self.boot_diff(boot_current, actions)
+            boot_diffs = _boot_files.diffs(BOOT_KINDS, self.files, boot_current or {}, actions)
+            self.result['diff'] = [diff(plan, char_dir)] + boot_diffs
         if not self.check_mode:
             if p['state'] == 'present':
                 self.apply_links(char_dir, plan)
@@ -665,17 +666,6 @@ class Runner(object):
             self.warnings.append('%s: %s %s' % (self.host, conflict['link'], conflict['problem']))
         if p['state'] == 'present' and p['report_containers'] and self.api is not None:
             self.report(plan, entries)
-
-    def boot_diff(self, current, actions):
-        found = []
-        for kind in BOOT_KINDS:
-            if kind not in self.files or not ({'write_' + kind, 'remove_' + kind} & set(actions)):
-                continue
-            path, text, _mode = self.files[kind]
-            after = text if 'write_' + kind in actions else ''
-            found.append({'before_header': path, 'after_header': path, 'before': current.get(kind) or '',
-                          'after': after})
-        return found
 
     def apply_links(self, char_dir, plan):
         if not plan.changes:
@@ -696,7 +686,7 @@ class Runner(object):
             try:
                 if action.startswith('write_'):
                     path, text, mode = self.files[action[len('write_'):]]
-                    self.write(self.host_path(path), text, mode)
+                    _host.write_boot_file(self.host_path(path), text, mode, label=self.label)
                 elif action.startswith('remove_'):
                     os.unlink(self.host_path(self.files[action[len('remove_'):]][0]))
                 else:
@@ -704,11 +694,6 @@ class Runner(object):
             except (GpufleetError, OSError) as exc:
                 self.fail('%s failed: %s; the /dev/char links are %s' % (
                     action, exc, 'in place' if self.params['state'] == 'present' else 'unchanged'))
-
-    def write(self, path, text, mode):
-        real = _host.resolve_path(path, reader='the host at boot, as root')
-        _host.ensure_directory(real)
-        _host.write_atomic(real, text.encode('utf-8'), mode=mode, label=self.label)
 
     def report(self, plan, entries):
         ready = links_ready(plan, entries, self.clock())

@@ -635,6 +635,14 @@ def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None, t
         os.close(dfd)
 
 
+def write_boot_file(path, text, mode, label=None):
+    """Write a file root runs at boot (a script, a unit, a drop-in) at ``path``: resolved out of other users' reach,
+    its missing directories made, written atomically with ``mode``."""
+    real = resolve_path(path, reader='the host at boot, as root')
+    ensure_directory(real)
+    write_atomic(real, text.encode('utf-8'), mode=mode, label=label)
+
+
 def replace_config(real, text, current, backup=None, label=None, temp_dir=None):
     """Write ``text`` over the configuration file ``current`` (a HostFile read from ``real``), unless it is the same.
 

@@ -64,13 +64,6 @@ UUIDS = ['GPU-0000a100-1111-2222-3333-000000000000', 'GPU-0000a101-1111-2222-333
 SPEC_YAML = '---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n    - name: "0"\n'
 
 
-def facts(gpus=3, driver='535.171.04'):
-    """The host as the collection reads it (_gpu.read_proc_gpus: index, uuid, minor) plus the driver version."""
-    return {'driver_version': driver,
-            'gpus': [{'index': i, 'uuid': 'GPU-%08x-1111-2222-3333-%012x' % (0xA100 + i, i), 'minor': i,
-                      'pci_bus_id': '00000000:%02X:00.0' % (i + 1)} for i in range(gpus)]}
-
-
 def spec(edit=None):
     """The real spec, changed by ``edit(document)``, as JSON text."""
     document = json.loads(SPEC_JSON)
@@ -96,13 +89,6 @@ def mig_spec():
                 nodes.append(node)
     document['devices'] = whole + mig + [{'name': 'all', 'containerEdits': {'deviceNodes': nodes}}]
     return json.dumps(document)
-
-
-def mig_facts():
-    host = facts()
-    host['gpus'][0].update(mig_enabled=True, mig_devices=[
-        {'index': j, 'uuid': 'MIG-0000000%d-aaaa-bbbb-cccc-000000000000' % j} for j in (0, 1)])
-    return host
 
 
 # -- reading ---------------------------------------------------------------
@@ -144,7 +130,7 @@ def test_a_spec_without_libraries_or_hooks_names_no_version():
         del document['containerEdits']['mounts']
     summary = cdi.parse_spec(spec(bare))
     assert (summary['driver_version'], summary['driver_version_source']) == (None, None)
-    assert cdi.stale_reasons(summary, facts()) == ['the spec names no driver version (the driver is 535.171.04)']
+    assert cdi.differences(summary, cdi.parse_spec(SPEC_JSON)) == ['driver 535.171.04, the spec names none']
 
 
 def set_at(path, value):
@@ -225,105 +211,61 @@ def test_the_error_is_a_value_error_and_ours():
 def test_an_empty_device_list_is_read_and_is_stale():
     summary = cdi.parse_spec(spec(set_at(['devices'], [])))
     assert summary['devices'] == []
-    assert cdi.stale_reasons(summary, facts(1)) == ['GPU 0 (%s) is not in the spec' % UUIDS[0],
-                                                    'the spec has no "all" device']
+    assert cdi.differences(summary, cdi.parse_spec(SPEC_JSON)) == [
+        'devices not in the spec: 0, 1, 2, %s, all' % ', '.join(UUIDS)]
 
 
-# -- stale -----------------------------------------------------------------
+# -- stale: the spec on the host against the one nvidia-ctk generates now -------------------
 
-def test_the_spec_of_this_host_is_fresh():
-    assert cdi.stale_reasons(cdi.parse_spec(SPEC_JSON), facts()) == []
-
-
-def test_a_new_driver_makes_it_stale():
-    assert cdi.stale_reasons(cdi.parse_spec(SPEC_JSON), facts(driver='550.163.01')) == [
-        'the spec is for driver 535.171.04, the driver is 550.163.01']
-
-
-def test_a_gpu_added_makes_it_stale():
-    assert cdi.stale_reasons(cdi.parse_spec(SPEC_JSON), facts(4)) == [
-        'GPU 3 (GPU-0000a103-1111-2222-3333-000000000003) is not in the spec']
-
-
-def test_a_gpu_gone_makes_it_stale():
-    assert cdi.stale_reasons(cdi.parse_spec(SPEC_JSON), facts(2)) == [
-        'the spec\'s "all" device gives /dev/nvidia0, /dev/nvidia1, /dev/nvidia2, its GPUs /dev/nvidia0, /dev/nvidia1',
-        'the spec has device 2, which no GPU of the host is',
-        'the spec has device %s, which no GPU of the host is' % UUIDS[2]]
+def gpus_added(count):
+    """The real spec as nvidia-ctk writes it with ``count`` GPUs more (indexes 3, 4, ...; their UUID names)."""
+    def edit(document):
+        whole = [d for d in document['devices'] if d['name'] != 'all']
+        everything = document['devices'][-1]
+        for index in range(3, 3 + count):
+            node = {'path': '/dev/nvidia%d' % index, 'major': 195, 'minor': index, 'fileMode': 438,
+                    'permissions': 'rwm'}
+            uuid = 'GPU-%08x-1111-2222-3333-%012x' % (0xA100 + index, index)
+            whole[index:index] = [{'name': str(index), 'containerEdits': {'deviceNodes': [node]}}]
+            whole.append({'name': uuid, 'containerEdits': {'deviceNodes': [node]}})
+            everything['containerEdits']['deviceNodes'].append(node)
+        document['devices'] = whole + [everything]
+    return cdi.parse_spec(spec(edit))
 
 
-def test_a_gpu_with_another_minor_makes_it_stale():
-    host = facts()
-    host['gpus'][1]['minor'] = 5
-    assert cdi.stale_reasons(cdi.parse_spec(SPEC_JSON), host) == [
-        'GPU 1 (%s) is /dev/nvidia5, but the spec\'s device 1 gives /dev/nvidia1' % UUIDS[1],
-        'GPU 1 (%s) is /dev/nvidia5, but the spec\'s device %s gives /dev/nvidia1' % (UUIDS[1], UUIDS[1])]
+def test_a_new_driver_is_named():
+    new = cdi.parse_spec(SPEC_JSON.replace('535.171.04', '550.163.01'))
+    assert new['driver_version'] == '550.163.01'
+    assert cdi.differences(cdi.parse_spec(SPEC_JSON), new) == ['driver 550.163.01, the spec names 535.171.04']
 
 
-def test_another_uuid_at_an_index_makes_it_stale():
-    host = facts()
-    host['gpus'][2]['uuid'] = 'GPU-0000beef-1111-2222-3333-000000000002'
-    assert cdi.stale_reasons(cdi.parse_spec(SPEC_JSON), host) == [
-        'GPU 2 (GPU-0000beef-1111-2222-3333-000000000002) is in the spec only as 2 '
-        '(missing: GPU-0000beef-1111-2222-3333-000000000002)',
-        'the spec has device %s, which no GPU of the host is' % UUIDS[2]]
+def test_a_gpu_added_or_gone_is_named_by_its_devices():
+    old = cdi.parse_spec(SPEC_JSON)
+    assert cdi.differences(old, gpus_added(1)) == [
+        'devices not in the spec: 3, GPU-0000a103-1111-2222-3333-000000000003']
+    assert cdi.differences(gpus_added(1), old) == [
+        'devices in the spec that are gone: 3, GPU-0000a103-1111-2222-3333-000000000003']
 
 
-def test_mig_enabled_on_a_gpu_the_spec_has_whole_makes_it_stale():
-    assert cdi.stale_reasons(cdi.parse_spec(SPEC_JSON), mig_facts()) == [
-        'GPU 0 (%s) has MIG enabled, but the spec offers it whole as 0' % UUIDS[0],
-        'GPU 0 (%s) has MIG enabled, but the spec offers it whole as %s' % (UUIDS[0], UUIDS[0]),
-        'MIG device 0:0 (MIG-00000000-aaaa-bbbb-cccc-000000000000) of GPU 0 (%s) is not in the spec as 0:0, '
-        'MIG-00000000-aaaa-bbbb-cccc-000000000000' % UUIDS[0],
-        'MIG device 0:1 (MIG-00000001-aaaa-bbbb-cccc-000000000000) of GPU 0 (%s) is not in the spec as 0:1, '
-        'MIG-00000001-aaaa-bbbb-cccc-000000000000' % UUIDS[0],
-        'the spec\'s "all" device gives /dev/nvidia0, /dev/nvidia1, /dev/nvidia2, its GPUs /dev/nvidia1, /dev/nvidia2']
+def test_mig_turned_on_or_off_is_named_by_its_devices():
+    whole, mig = cdi.parse_spec(SPEC_JSON), cdi.parse_spec(mig_spec())
+    mig_names = ['0:0', 'MIG-00000000-aaaa-bbbb-cccc-000000000000', '0:1', 'MIG-00000001-aaaa-bbbb-cccc-000000000000']
+    assert cdi.differences(whole, mig) == ['devices not in the spec: %s' % ', '.join(mig_names),
+                                           'devices in the spec that are gone: 0, %s' % UUIDS[0]]
+    assert cdi.differences(mig, whole) == ['devices not in the spec: 0, %s' % UUIDS[0],
+                                           'devices in the spec that are gone: %s' % ', '.join(mig_names)]
 
 
-def test_the_mig_spec_is_fresh_for_its_layout():
-    assert cdi.stale_reasons(cdi.parse_spec(mig_spec()), mig_facts()) == []
+def test_the_same_devices_and_driver_with_other_nodes_say_so():
+    moved = cdi.parse_spec(SPEC_JSON.replace('"minor":1,', '"minor":5,'))
+    assert cdi.differences(cdi.parse_spec(SPEC_JSON), moved) == ['the devices\' nodes, libraries or hooks changed']
 
 
-def test_mig_disabled_makes_the_mig_spec_stale():
-    reasons = cdi.stale_reasons(cdi.parse_spec(mig_spec()), facts())
-    assert reasons[0] == 'GPU 0 (%s) is not in the spec' % UUIDS[0]
-    assert reasons[-4:] == ['the spec has MIG device %s, which no GPU of the host is' % name for name in (
-        '0:0', 'MIG-00000000-aaaa-bbbb-cccc-000000000000', '0:1', 'MIG-00000001-aaaa-bbbb-cccc-000000000000')]
-
-
-def test_a_mig_device_gone_makes_it_stale():
-    host = mig_facts()
-    del host['gpus'][0]['mig_devices'][1]
-    assert cdi.stale_reasons(cdi.parse_spec(mig_spec()), host) == [
-        'the spec\'s "all" device gives /dev/nvidia-caps/nvidia-cap21, /dev/nvidia-caps/nvidia-cap30, /dev/nvidia0, '
-        '/dev/nvidia1, /dev/nvidia2, its GPUs /dev/nvidia-caps/nvidia-cap21, /dev/nvidia0, /dev/nvidia1, /dev/nvidia2',
-        'the spec has MIG device 0:1, which no GPU of the host is',
-        'the spec has MIG device MIG-00000001-aaaa-bbbb-cccc-000000000000, which no GPU of the host is']
-
-
-def test_the_options_it_was_made_with_are_honoured():
-    # --device-name-strategy uuid: only UUID names (and cdiVersion 0.3.0, the minimum nvidia-ctk sets for them).
-    def uuid_only(document):
-        document['devices'] = [d for d in document['devices'] if not d['name'].isdigit()]
-        document['cdiVersion'] = '0.3.0'
-    summary = cdi.parse_spec(spec(uuid_only))
-    assert cdi.stale_reasons(summary, facts(), strategies=('uuid',)) == []
-    assert cdi.stale_reasons(summary, facts())[0] == 'GPU 0 (%s) is in the spec only as %s (missing: 0)' % (
-        UUIDS[0], UUIDS[0])
-    # --no-all-device
-    summary = cdi.parse_spec(spec(lambda d: d.update(devices=d['devices'][:-1])))
-    assert cdi.stale_reasons(summary, facts(), all_device=False) == []
-    assert cdi.stale_reasons(summary, facts()) == ['the spec has no "all" device']
-
-
-def test_another_kind_is_stale():
-    summary = cdi.parse_spec(spec(set_at(['kind'], 'example.com/gpu')))
-    assert cdi.stale_reasons(summary, facts()) == ['the spec\'s kind is example.com/gpu, not nvidia.com/gpu']
-
-
-def test_an_unknown_strategy_is_refused():
-    with pytest.raises(cdi.CdiSpecError, match='give one or more of index, uuid, type-index'):
-        cdi.stale_reasons(cdi.parse_spec(SPEC_JSON), facts(), strategies=('bogus',))
+def test_the_outline_of_nvidia_ctks_yaml_is_compared_the_same_way():
+    old = cdi.outline_yaml(CTK_YAML)
+    one_more = CTK_YAML.replace('    - name: all\n', '    - name: "1"\n    - name: all\n')
+    new = cdi.outline_yaml(one_more.replace('535.171.04', '570.172.08'))
+    assert cdi.differences(old, new) == ['driver 570.172.08, the spec names 535.171.04', 'devices not in the spec: 1']
 
 
 # -- running nvidia-ctk, the file ------------------------------------------
