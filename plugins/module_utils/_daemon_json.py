@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _json_splice as splice
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
@@ -74,6 +75,9 @@ def merge(text, path, state='present', name='nvidia', runtime_path='nvidia-conta
     remembered). ``state='absent'`` removes our runtime and a
     ``default-runtime`` naming it; a ``runtimes`` object that removal empties
     goes too, so a file we added ``runtimes`` to comes back byte for byte.
+    With ``cdi`` true, absent also removes ``features.cdi: true`` (and a
+    ``features`` object that leaves empty): what present with the same
+    options added.
     """
     if name in RESERVED_RUNTIMES:
         raise DaemonJsonError('%s: the runtime name "%s" is reserved by dockerd; choose another name.' % (path, name))
@@ -119,6 +123,10 @@ def merge(text, path, state='present', name='nvidia', runtime_path='nvidia-conta
         editor.remove(['runtimes', name], prune=True)
         if current.get('default-runtime') == name:
             editor.remove(['default-runtime'])
+        features = current.get('features')
+        if cdi and isinstance(features, dict) and features.get('cdi') is True:
+            # What present with cdi=true added goes: "features" too when that leaves it empty (the file had none).
+            editor.remove(['features', 'cdi'], prune=True)
     else:
         raise DaemonJsonError('state must be present or absent, not %r' % (state,))
     if not editor.dirty:
@@ -144,6 +152,19 @@ def expected_default_runtime(config, flags):
     if flag:
         return flag.split('=', 1)[-1].split()[-1]
     return STOCK_RUNTIME
+
+
+# The first dockerd release with CDI on when daemon.json does not set features.cdi.
+CDI_DEFAULT_FROM = 28
+
+
+def cdi_default(info, flags):
+    """Whether the dockerd of ``/info`` has CDI on when the file does not set ``features.cdi``: on from dockerd 28
+    (measured on 26.1 and 28.5); None when that cannot be told (no version, or a ``--feature`` flag decides)."""
+    match = re.match(r'(\d+)\.', str(info.get('ServerVersion') or ''))
+    if not match or any(key.startswith('feature') for key in flags):
+        return None
+    return int(match.group(1)) >= CDI_DEFAULT_FROM
 
 
 def compare_running(config, info, name, state, flags=None):
@@ -174,11 +195,14 @@ def compare_running(config, info, name, state, flags=None):
         differences.append('runtime "%s" is still loaded' % name)
         removals.append('runtime "%s" was removed from the file' % name)
     features = config.get('features') if isinstance(config.get('features'), dict) else {}
-    if 'cdi' in features and 'CDISpecDirs' in info:
+    want_cdi = features.get('cdi') if 'cdi' in features else cdi_default(info, flags)
+    if want_cdi is not None and 'CDISpecDirs' in info:
         # dockerd 25+ lists CDI spec dirs only while CDI is enabled.
-        if bool(features['cdi']) != bool(info.get('CDISpecDirs')):
+        if bool(want_cdi) != bool(info.get('CDISpecDirs')):
             differences.append('CDI is %s, the file says features.cdi=%s'
-                               % ('enabled' if info.get('CDISpecDirs') else 'disabled', json.dumps(features['cdi'])))
+                               % ('enabled' if info.get('CDISpecDirs') else 'disabled',
+                                  json.dumps(features['cdi']) if 'cdi' in features else 'nothing (%s by default on '
+                                  'dockerd %s)' % ('on' if want_cdi else 'off', info.get('ServerVersion'))))
             # Measured on dockerd 26.1 and 28.5: a SIGHUP leaves CDI as it was; dockerd sets it up when it starts.
             removals.append('dockerd reads features.cdi only when it starts')
     default = expected_default_runtime(config, flags)

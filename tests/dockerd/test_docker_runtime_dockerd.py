@@ -311,6 +311,28 @@ def test_cdi_switch_applied_as_each_dockerd_needs(lab_dockerd):
     assert again['action'] == 'none' and not again['changed'] and (service.reloads, service.restarts) == (0, 0)
 
 
+def test_absent_with_cdi_takes_back_what_present_with_cdi_added(lab_dockerd):
+    """present with cdi=true, then absent with the same options: the file's exact bytes come back, and the running
+    dockerd has its release's own CDI default again (26: off; 28: on, so CDI is no reason to restart there)."""
+    lab = lab_dockerd
+    original = read(lab.config)
+    major = server_major(lab)
+    default_on = bool(lab.api.info().get('CDISpecDirs'))
+    converge(lab, cdi=True, default_runtime=True)
+    assert json.loads(read(lab.config))['features'] == {'cdi': True}
+    if major >= 25:
+        assert lab.api.info()['CDISpecDirs']
+    result, service = converge(lab, state='absent', cdi=True)
+    assert read(lab.config) == original
+    assert result['action'] == 'restart', result['msg']  # a runtime's removal is a restart on every release
+    # CDI's own reason only where the file's missing features.cdi means off while dockerd runs with it on (25 to 27).
+    assert ('dockerd reads features.cdi only when it starts' in result['msg']) is (25 <= major < 28), result['msg']
+    if major >= 25:
+        assert bool(lab.api.info()['CDISpecDirs']) is default_on is (major >= 28)
+    again, service = converge(lab, state='absent', cdi=True)
+    assert again['action'] == 'none' and not again['changed'] and (service.reloads, service.restarts) == (0, 0)
+
+
 @pytest.mark.daemon_json('{\n  "live-restore": true\n}\n')
 def test_restart_with_live_restore_keeps_containers(lab_dockerd, busybox_image):
     """The README's advice: with live-restore, even the restart a removal needs keeps containers running."""

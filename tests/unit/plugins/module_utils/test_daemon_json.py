@@ -263,6 +263,31 @@ def test_cdi_false_does_not_add_features():
     assert 'features' not in load(merged)
 
 
+@pytest.mark.parametrize('text', [
+    '{\n  "debug": true\n}\n',
+    '{"debug": true, "features": {"buildkit": true}}',
+    '{\r\n\t"features": {\r\n\t\t"buildkit": false\r\n\t}\r\n}\r\n',
+    '{}',
+])
+def test_absent_with_cdi_gives_back_the_file_present_with_cdi_changed(text):
+    merged, unused = dj.merge_text(text, 'x', cdi=True, default_runtime=True)
+    assert load(merged)['features']['cdi'] is True
+    removed, unused = dj.merge_text(merged, 'x', state='absent', cdi=True)
+    assert removed == text
+
+
+@pytest.mark.parametrize('cdi', [None, False])
+def test_absent_without_cdi_true_leaves_features_cdi(cdi):
+    text = '{"features": {"cdi": true}, "runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}'
+    removed, unused = dj.merge_text(text, 'x', state='absent', cdi=cdi)
+    assert load(removed) == {'features': {'cdi': True}}
+
+
+def test_absent_with_cdi_leaves_a_false_features_cdi():
+    text = '{"features": {"cdi": false}}\n'
+    assert dj.merge_text(text, 'x', state='absent', cdi=True)[0] == text
+
+
 def test_absent_on_missing_file_stays_missing():
     assert dj.merge_text('', 'x', state='absent')[0] == ''
 
@@ -417,6 +442,29 @@ def test_compare_running_cdi_on_new_dockerd():
     assert len(diffs) == 1 and 'CDI' in diffs[0] and removals == ['dockerd reads features.cdi only when it starts']
     info['CDISpecDirs'] = ['/etc/cdi', '/var/run/cdi']
     assert dj.compare_running(cfg, info, 'nvidia', 'present') == ([], [])
+
+
+@pytest.mark.parametrize('version, cdi_on, differs', [
+    ('26.1.5+dfsg1', True, True),    # CDI off by default on 26: a dockerd running with it on must restart
+    ('26.1.5+dfsg1', False, False),
+    ('28.5.2+dfsg3', True, False),   # on by default from 28
+    ('28.5.2+dfsg3', False, True),
+])
+def test_compare_running_without_features_cdi_uses_dockerds_default(version, cdi_on, differs):
+    """The file without features.cdi (absent took ours out): the running dockerd must have its release's default."""
+    cfg = {'debug': True}
+    info = dict(INFO_PLAIN, ServerVersion=version, CDISpecDirs=['/etc/cdi', '/var/run/cdi'] if cdi_on else [])
+    diffs, removals = dj.compare_running(cfg, info, 'nvidia', 'absent')
+    if differs:
+        assert len(diffs) == 1 and 'by default on dockerd %s' % version in diffs[0], diffs
+        assert removals == ['dockerd reads features.cdi only when it starts']
+    else:
+        assert (diffs, removals) == ([], [])
+
+
+def test_compare_running_without_features_cdi_left_to_a_feature_flag():
+    info = dict(INFO_PLAIN, ServerVersion='26.1.5', CDISpecDirs=['/etc/cdi'])
+    assert dj.compare_running({}, info, 'nvidia', 'absent', {'features': '--feature cdi=true'}) == ([], [])
 
 
 # ---------------------------------------------------------------- defaults, warnings, bad input, paths
