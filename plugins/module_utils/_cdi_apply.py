@@ -25,6 +25,7 @@ import os
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _boot_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_boot as boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_mode
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._options import Options
@@ -42,7 +43,10 @@ SPEC = dict(
     boot=dict(type='bool', default=True),
     boot_unit=dict(type='str', default='auto', choices=['auto', 'nvidia', 'gpufleet']),
     init_system=dict(type='str', default='auto', choices=['auto', 'systemd', 'sysvinit', 'upstart']),
+    runtime_mode=dict(type='str'),
+    runtime_config=dict(type='path', default=_cdi_mode.DEFAULT_CONFIG),
 )
+RUNTIME_READER = 'NVIDIA\'s runtime, run by the container engines as root'
 
 
 class Request(Options):
@@ -102,7 +106,7 @@ class CdiRun(object):
         self.label = label
         self.warnings = []
         self.result = {'changed': False, 'actions': [], 'path': request.path, 'devices': [], 'driver_version': None,
-                       'stale': [], 'boot': None}
+                       'stale': [], 'boot': None, 'runtime_mode': None}
 
     def fail(self, msg):
         raise GpufleetError('%s: %s' % (self.host, msg) if self.host else msg)
@@ -144,6 +148,10 @@ class CdiRun(object):
         self.result.update(devices=summary['devices'], driver_version=summary['driver_version'])
         return out, summary
 
+    def ctk_runs(self):
+        """Whether nvidia-ctk is there to be run (for ``state: absent``, which generates no spec)."""
+        return _host.trusted_executable(self.host_path(self.request.nvidia_ctk))[1] is None
+
     def ctk(self, fmt):
         """What ``nvidia-ctk cdi generate`` prints as ``fmt``, in the environment of every refresh."""
         argv = _cdi.generate_argv(self.request.nvidia_ctk, self.request.device_name_strategy, fmt=fmt)
@@ -152,6 +160,53 @@ class CdiRun(object):
             self.fail('%s failed (exit %d): %s. The spec %s was left as it is.'
                       % (' '.join(argv), rc, (err or out or '').strip()[-2000:], self.request.path))
         return out
+
+    # ---- NVIDIA's runtime's mode --------------------------------------------------
+    def mode_plan(self, ctk_ready):
+        """``(actions, real path, current text, new text)`` for ``runtime_mode``: the runtime's config file changed
+        in place (``_cdi_mode``), only its mode."""
+        p = self.request
+        if p.runtime_mode is None:
+            return [], None, None, None
+        try:
+            _cdi_mode.check_mode_name(p.runtime_mode)
+        except GpufleetError as exc:
+            self.fail(str(exc))
+        real = _host.resolve_path(self.host_path(p.runtime_config), reader=RUNTIME_READER)
+        found = _host.read_file(p.runtime_config, real, _cdi_mode.MAX_CONFIG_BYTES, reader=RUNTIME_READER)
+        current = found.text if found.exists else None
+        if ctk_ready:
+            rc, defaults_text, err = self.run_ctk([p.nvidia_ctk, '--quiet', 'config', 'default'])
+            if rc != 0:
+                self.fail('%s config default failed (exit %d): %s. %s was left as it is.'
+                          % (p.nvidia_ctk, rc, (err or defaults_text or '').strip()[-2000:], p.runtime_config))
+        elif p.state == 'present':  # check mode before the toolkit is installed: the real run writes the mode
+            have = _cdi_mode.mode_of(_cdi_mode.loads(current, p.runtime_config), None) if current else None
+            self.result['runtime_mode'] = {'path': p.runtime_config, 'before': have, 'after': p.runtime_mode}
+            return ([] if have == p.runtime_mode else ['write_runtime_config']), real, current, None
+        else:  # absent after the toolkit is gone: NVIDIA's documented default mode
+            defaults_text = ''
+        try:
+            defaults = _cdi_mode.loads(defaults_text, '`nvidia-ctk config default`')
+            default_mode = _cdi_mode.mode_of(defaults, _cdi_mode.NVIDIA_DEFAULT_MODE)
+            before_values = _cdi_mode.loads(current, p.runtime_config) if current is not None else defaults
+            before = _cdi_mode.mode_of(before_values, default_mode)
+            new = current
+            if p.state == 'present':
+                new = _cdi_mode.set_mode(current if current is not None else defaults_text, p.runtime_config,
+                                         p.runtime_mode)
+                if p.runtime_mode == 'cdi':
+                    problem = _cdi_mode.spec_dir_problem(_cdi_mode.loads(new, p.runtime_config), defaults,
+                                                         os.path.dirname(p.path), p.runtime_config)
+                    if problem:
+                        self.fail(problem)
+            elif current is not None and before == p.runtime_mode and before != default_mode:
+                new = _cdi_mode.set_mode(current, p.runtime_config, default_mode)
+        except GpufleetError as exc:
+            self.fail(str(exc))
+        after = _cdi_mode.mode_of(_cdi_mode.loads(new, p.runtime_config), default_mode) if new is not None else before
+        self.result['runtime_mode'] = {'path': p.runtime_config, 'before': before, 'after': after}
+        return (['write_runtime_config'] if new != current else []), real, current, new
 
     # ---- the boot pieces --------------------------------------------------------
     def boot_plan(self):
@@ -212,6 +267,7 @@ class CdiRun(object):
         real, current = self.read_spec()
         spec_actions = []
         generated = None
+        found = None
         if p.state == 'present':
             found = self.generate()
             if found is None:
@@ -224,13 +280,21 @@ class CdiRun(object):
                     self.result['stale'] = stale_reasons(current, summary, _cdi.spec_format(p.path))
         elif current is not None:
             spec_actions = ['remove_spec'] if self.ours(current) else []
+        ctk_ready = found is not None or p.state == 'absent' and self.ctk_runs()
+        mode_actions, mode_real, mode_current, mode_new = self.mode_plan(ctk_ready)
         files, boot_current, boot_actions, service = ({}, {}, [], None)
         if p.boot:
             files, boot_current, boot_actions, service = self.boot_plan()
-        actions = spec_actions + boot_actions if p.state == 'present' else boot_actions + spec_actions
+        # present: the spec before the runtime reads it in cdi mode; absent: the mode back before the spec goes.
+        actions = (spec_actions + mode_actions + boot_actions if p.state == 'present'
+                   else mode_actions + boot_actions + spec_actions)
         self.result.update(actions=actions, changed=bool(actions))
         if self.want_diff:
             self.result['diff'] = self.diff(current, generated, spec_actions, files, boot_current, boot_actions)
+            if mode_actions:
+                self.result['diff'].append({'before_header': p.runtime_config, 'after_header': p.runtime_config,
+                                            'before': mode_current or '', 'after': mode_new or ''})
+        self.mode_write = (mode_real, mode_new)
         if not self.check_mode:
             for action in actions:
                 self.apply(action, real, generated, files, service)
@@ -264,6 +328,10 @@ class CdiRun(object):
                 _host.write_atomic(real, generated.encode('utf-8'), mode=0o644, label=self.label)
             elif action == 'remove_spec':
                 os.unlink(real)
+            elif action == 'write_runtime_config':
+                mode_real, text = self.mode_write
+                _host.ensure_directory(mode_real)
+                _host.write_atomic(mode_real, text.encode('utf-8'), label=self.label)
             elif action.startswith('write_'):
                 path, text, mode = files[action[len('write_'):]]
                 _host.write_boot_file(self.host_path(path), text, mode, label=self.label)

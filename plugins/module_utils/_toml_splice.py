@@ -5,7 +5,8 @@
 
 This module is PRIVATE to the gpufleet.nvidia collection: its API may change
 at any time. It is pure (no files, no processes) and imports nothing of ours
-but ``_errors`` (the bottom layer).
+but ``_errors`` and the vendored reader ``_tomli`` (the bottom layer): ``parse``
+reads a document's values, with the file's name in the error.
 
 ``scan`` finds the document's structure with spans: each table header
 (``[a."b.c".d]``, ``[[x]]``) and each key/value line, with the table it
@@ -33,6 +34,7 @@ __metaclass__ = type
 import math
 import re
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
 
 MAX_DEPTH = 64
@@ -125,6 +127,28 @@ class Document(object):
             if entry.table:
                 return entry.indent
         return default
+
+
+def parse(text, path, refusal):
+    """The values of TOML ``text`` (``_tomli``), checked for depth; a DocumentError naming ``path`` when it is not
+    valid TOML, ending with ``refusal`` (what its reader would do, and that nothing was changed)."""
+    try:
+        values = _tomli.loads(text)
+    except (_tomli.TOMLDecodeError, ValueError) as exc:
+        raise DocumentError('%s: not valid TOML (%s); %s' % (path, exc, refusal))
+    except RecursionError:
+        raise too_deep(path)
+    return check_depth(values, path)
+
+
+def get(values, path, default=None):
+    """The value at the key ``path`` (a tuple) of parsed ``values``, else ``default``."""
+    node = values
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
 
 
 def _line_col(text, pos):

@@ -41,8 +41,19 @@ description:
     an Upstart task started on the engines' C(starting) events. RV(boot) says which was chosen on each host, and why.
     Pieces of the other kind a previous run installed are removed, so one refresh runs at boot.
   - A spec change restarts no engine; the engines read the specs for each container they create.
+  - B(NVIDIA's runtime in CDI mode), only when O(runtime_mode) is given. C(nvidia-container-runtime.mode) in the
+    runtime's C(config.toml) (O(runtime_config)) is set to it, in place: that one value changes (or is added at the end
+    of the C([nvidia-container-runtime]) table), every other byte stays. In V(cdi) mode the runtime turns a
+    container's C(NVIDIA_VISIBLE_DEVICES) (C(0), a UUID, C(all)) into CDI names (C(nvidia.com/gpu=0)) and takes the
+    devices from the specs in C(nvidia-container-runtime.modes.cdi.spec-dirs), that is from this spec; the module
+    fails, changing nothing, when those directories do not include O(path)'s. A missing file is written as NVIDIA's
+    default (C(nvidia-ctk config default)) with the mode. The runtime reads its config for each container, so no
+    engine restarts. NVIDIA's package rewrites the file with C(nvidia-ctk config --in-place) at every upgrade, which
+    keeps the mode.
   - O(state=absent) removes the spec (only a spec of kind C(nvidia.com/gpu)), our boot script, unit and drop-in, and
-    nothing else (NVIDIA's own units stay as its packages left them).
+    nothing else (NVIDIA's own units stay as its packages left them). With O(runtime_mode), the runtime's mode goes
+    back to NVIDIA's default (C(nvidia-ctk config default), V(auto) where C(nvidia-ctk) is gone) when it is
+    O(runtime_mode); another mode is left as it is.
   - The spec's directory and the boot pieces' follow the collection's root-only file rules (no directory or link on
     the way that another user can change; a file written through a directory descriptor, never by a path that can
     be replaced). O(nvidia_ctk) must be a regular file only root can change, since root runs it.
@@ -106,6 +117,17 @@ options:
     type: str
     choices: [auto, systemd, sysvinit, upstart]
     default: auto
+  runtime_mode:
+    description:
+      - The mode of NVIDIA's C(nvidia-container-runtime) (C(nvidia-container-runtime.mode)); omitted leaves it as it
+        is. V(cdi) makes the runtime give containers their GPUs from this spec (see the description); NVIDIA's other
+        modes (V(auto), the default, which is C(jit-cdi) on a host with the driver; V(jit-cdi), V(legacy), V(csv)) are
+        accepted by name.
+    type: str
+  runtime_config:
+    description: The runtime's config file (what C(nvidia-ctk config) reads by default).
+    type: path
+    default: /etc/nvidia-container-runtime/config.toml
 notes:
   - Needs root (C(become=true)).
   - NVIDIA's C(nvidia-cdi-refresh.service) runs C(nvidia-smi -L) first and only on a host whose kernel has NVIDIA's
@@ -131,9 +153,15 @@ EXAMPLES = r'''
     boot_unit: gpufleet
   become: true
 
-- name: Remove the spec and its boot refresh
+- name: The spec, and NVIDIA's runtime giving containers their GPUs from it (CDI mode)
+  gpufleet.nvidia.cdi_spec:
+    runtime_mode: cdi
+  become: true
+
+- name: Remove the spec and its boot refresh, and put the runtime's default mode back
   gpufleet.nvidia.cdi_spec:
     state: absent
+    runtime_mode: cdi
   become: true
 '''
 
@@ -142,7 +170,8 @@ actions:
   description:
     - What the run did or, in check mode, would do, in order; V(write_spec), V(remove_spec), V(write_script),
       V(write_unit), V(write_dropin), V(remove_script), V(remove_unit), V(remove_dropin), V(disable_other) (our own
-      unit, when NVIDIA's takes over), V(reload_init), V(enable), V(disable).
+      unit, when NVIDIA's takes over), V(reload_init), V(enable), V(disable), V(write_runtime_config) (the runtime's
+      mode).
   returned: always
   type: list
   elements: str
@@ -177,6 +206,13 @@ boot:
   type: dict
   sample: {source: gpufleet, reason: our own gpufleet-cdi-refresh (this host runs sysvinit),
            init_system: sysvinit, files: [/etc/init.d/gpufleet-cdi-refresh, /usr/local/sbin/gpufleet-cdi-refresh]}
+runtime_mode:
+  description:
+    - NVIDIA's runtime's mode before and after this run (C(after) is what check mode would write), and its config
+      file; null without O(runtime_mode).
+  returned: always
+  type: dict
+  sample: {path: /etc/nvidia-container-runtime/config.toml, before: auto, after: cdi}
 '''
 
 from ansible.module_utils.basic import AnsibleModule

@@ -86,7 +86,8 @@ OPTIONS = {
     'cdi': (
         ('state', 'gpu_node_cdi_state', ALWAYS),
         ('path', 'gpu_node_cdi_path', ALWAYS),
-        ('boot', 'gpu_node_cdi_boot', ALWAYS)),
+        ('boot', 'gpu_node_cdi_boot', ALWAYS),
+        ('runtime_mode', 'gpu_node_cdi_runtime_mode', SET)),
     'containerd': (('path', 'container_runtime_containerd_config', ALWAYS),) + _RUNTIME + (
         ('take_over', 'container_runtime_containerd_take_over', ALWAYS),) + _APPLY + (
         ('service_name', 'container_runtime_containerd_service_name', ALWAYS),

@@ -29,7 +29,7 @@ BOTTOM = {
     '_errors': set(),
     '_tomli': set(),
     '_json_splice': {'_errors'},
-    '_toml_splice': {'_errors'},
+    '_toml_splice': {'_errors', '_tomli'},  # parse: the reader beside the editor
     '_host': {'_errors'},
     '_options': set(),
     '_engine_names': set(),
