@@ -42,7 +42,7 @@ description:
     Pieces of the other kind a previous run installed are removed, so one refresh runs at boot.
   - A spec change restarts no engine; the engines read the specs for each container they create.
   - B(NVIDIA's runtime in CDI mode), only when O(runtime_mode) is given. C(nvidia-container-runtime.mode) in the
-    runtime's C(config.toml) (O(runtime_config)) is set to it, in place: that one value changes (or is added at the end
+    runtime's C(config.toml) (O(runtime_config)) is set to it, in place; that one value changes (or is added at the end
     of the C([nvidia-container-runtime]) table), every other byte stays. In V(cdi) mode the runtime turns a
     container's C(NVIDIA_VISIBLE_DEVICES) (C(0), a UUID, C(all)) into CDI names (C(nvidia.com/gpu=0)) and takes the
     devices from the specs in C(nvidia-container-runtime.modes.cdi.spec-dirs), that is from this spec; the module

@@ -120,7 +120,7 @@ options:
     description:
       - V(present) registers the runtime; V(absent) removes the runtime entry, and C(default-runtime) if it names
         the runtime, and nothing else; with O(cdi=true) also C(features.cdi) when it is V(true) (and a C(features)
-        object that this leaves empty): what V(present) with the same options added. So a play that switched CDI on
+        object that this leaves empty), which is what V(present) with the same options added. So a play that switched CDI on
         switches it off again with only O(state) changed. O(cdi) V(false) or omitted leaves C(features) alone.
       - A C(runtimes) object that the removal leaves empty is removed too, with its separator. So a file that had no
         C(runtimes) before V(present) added one comes back byte for byte (indentation, line endings, commas).
