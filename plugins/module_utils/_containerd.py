@@ -53,8 +53,23 @@ BEGIN = '# BEGIN %s: added by Ansible, removed by state=absent' % MARK
 END = '# END %s' % MARK
 # Added to the BEGIN line when the file ended without a line ending: state=absent gives those exact bytes back.
 NO_FINAL_NEWLINE = ' (the file had no final newline)'
-DEFAULT_MARK = '# %s: default_runtime_name was ' % MARK
-DEFAULT_ADDED = '# %s: default_runtime_name added' % MARK
+
+
+def key_mark(key):
+    """The marker comment above a key whose value this module changed in place; its previous value follows."""
+    return '# %s: %s was ' % (MARK, key)
+
+
+def key_added(key):
+    """The marker comment above a key this module added to a table of the user's."""
+    return '# %s: %s added' % (MARK, key)
+
+
+# Files in the field carry these two exact texts.
+DEFAULT_MARK = key_mark('default_runtime_name')
+DEFAULT_ADDED = key_added('default_runtime_name')
+# The CRI plugin's CDI settings (containerd 1.7 and later): in the file's CRI table (Schema.cri), in the dump's.
+CDI_KEYS = ('enable_cdi', 'cdi_spec_dirs')
 # containerd's own default_runtime_name (1.x and 2.x), and the name the 1.x CRI plugin gives the deprecated
 # `default_runtime` table when it has a runtime_type (it then is the default, whatever default_runtime_name says).
 CONTAINERD_DEFAULT = 'runc'
@@ -234,13 +249,14 @@ def find_block(text, path):
 
 class Plan(object):
     """``text`` (the new file), ``changes`` (what changes, in words), ``warnings``, ``runtime`` (the runtime's
-    settings, for ``present``)."""
+    settings, for ``present``), ``cdi_keys`` (the CDI keys whose effective value the plan may change)."""
 
-    def __init__(self, text, changes, warnings, runtime=None):
+    def __init__(self, text, changes, warnings, runtime=None, cdi_keys=()):
         self.text = text
         self.changes = changes
         self.warnings = warnings
         self.runtime = runtime
+        self.cdi_keys = list(cdi_keys)
 
 
 def nonzero(options):
@@ -456,21 +472,28 @@ def plan_present(config, request, schema, before, dschema):
     default_lines = plan_default(config, request, schema, splice, indent, changes, warnings, effective_default)
     if default_lines:
         lines[-1:-1] = default_lines
-    if len(lines) > 2:
-        block_text = ''.join(line + doc.newline for line in lines)
+    runtime_changes = len(changes)
+    cdi_lines, cdi_keys = plan_cdi(config, request, schema, before, dschema, splice, indent, changes, warnings)
+    kept_cdi = cdi_block_lines(schema, indent, block_cdi(config, schema))
+    if len(lines) + len(cdi_lines) > 2:
+        block_text = ''.join(line + doc.newline for line in lines[:-1] + cdi_lines + lines[-1:])
         if config.block is not None:
             start, end = config.block
             separator = config.text[start:config.text.find(BEGIN, start)]
             if config.text[start:end] != separator + block_text:
                 splice.replace(start, end, separator + block_text)
-                changes.append('runtime "%s" updated in its block' % request.name)
+                if config.text[start:end] != separator + ''.join(
+                        line + doc.newline for line in lines[:-1] + kept_cdi + lines[-1:]):
+                    changes.insert(runtime_changes, 'runtime "%s" updated in its block' % request.name)
         else:
-            splice.append_lines(lines, doc.newline)
-            changes.append('runtime "%s" added (%s)' % (request.name, ts.dotted(schema.runtime(request.name))))
+            splice.append_lines(lines[:-1] + cdi_lines + lines[-1:], doc.newline)
+            if len(lines) > 2:
+                changes.insert(runtime_changes, 'runtime "%s" added (%s)'
+                               % (request.name, ts.dotted(schema.runtime(request.name))))
     elif config.block is not None:
         splice.remove(*config.block)
         changes.append('the empty block removed')
-    return Plan(splice.result(), changes, warnings, want)
+    return Plan(splice.result(), changes, warnings, want, cdi_keys)
 
 
 def check_extendable(config, schema):
@@ -500,7 +523,7 @@ def plan_default(config, request, schema, splice, indent, changes, warnings, def
             changes.append('default_runtime_name removed from the block')
             return []
         if ours:
-            restore_default(config, entry, splice)
+            restore_marked(config, entry, splice)
             changes.append('default_runtime_name restored')
         elif entry is not None and get(config.values, key) == request.name:
             warnings.append('%s: default_runtime_name = "%s" was not set by this module; it was left as it is.'
@@ -510,21 +533,14 @@ def plan_default(config, request, schema, splice, indent, changes, warnings, def
     if entry is not None and not config.in_block(entry.start):
         if get(config.values, key) == request.name:
             return []
-        marker = marker_before(config, entry)
-        previous = config.text[entry.value_start:entry.value_end]
-        if marker is None:
-            splice.insert(entry.start, entry.indent + DEFAULT_MARK + previous + config.doc.newline)
-        splice.replace(entry.value_start, entry.value_end, want)
+        previous = set_in_place(config, entry, want, splice)
         changes.append('default_runtime_name set to "%s" (was %s)' % (request.name, previous))
         return []
     if entry is not None:  # already in our block
         return ['[%s]' % ts.dotted(schema.containerd), '%sdefault_runtime_name = %s' % (indent, want)]
     header = config.doc.header(schema.containerd)
     if header is not None and not config.in_block(header.start):
-        pos = config.doc.table_end(header)
-        sub = own_key_indent(config, header)
-        splice.insert(pos, sub + DEFAULT_ADDED + config.doc.newline + sub + 'default_runtime_name = ' + want +
-                      config.doc.newline)
+        add_marked(config, header, 'default_runtime_name', want, splice)
         changes.append('default_runtime_name = "%s" added' % request.name)
         return []
     if config.defined_outside_block(schema.containerd + ('default_runtime_name',)) or any(
@@ -534,6 +550,159 @@ def plan_default(config, request, schema, splice, indent, changes, warnings, def
                             'Nothing was changed; set it by hand.' % (config.path, ts.dotted(schema.containerd)))
     changes.append('default_runtime_name = "%s" added' % request.name)
     return ['[%s]' % ts.dotted(schema.containerd), '%sdefault_runtime_name = %s' % (indent, want)]
+
+
+# --------------------------------------------------------------------------
+# CDI: the CRI plugin's enable_cdi and cdi_spec_dirs (containerd 1.7 and later)
+# --------------------------------------------------------------------------
+
+def cdi_state(values, schema):
+    """``{'enabled': bool, 'spec_dirs': [...]}`` of the CRI plugin in an effective configuration (a dump, in its
+    schema), or None when the containerd that wrote it has no CDI (1.6: its dump has no ``enable_cdi``)."""
+    cri = get(values, schema.cri)
+    if not isinstance(cri, dict) or 'enable_cdi' not in cri:
+        return None
+    return {'enabled': cri.get('enable_cdi') is True, 'spec_dirs': list(cri.get('cdi_spec_dirs') or [])}
+
+
+def same_directory(path):
+    """A CDI directory as compared: normalised, ``/run`` taken as ``/var/run`` (one directory on a host)."""
+    path = posixpath.normpath(path)
+    if path == '/run' or path.startswith('/run/'):
+        path = '/var' + path
+    return path
+
+
+def missing_dirs(have, wanted):
+    """The directories of ``wanted`` that the list ``have`` does not read (``same_directory``), in order, once."""
+    known = set(same_directory(item) for item in have if isinstance(item, str))
+    found = []
+    for item in wanted:
+        if same_directory(item) not in known:
+            known.add(same_directory(item))
+            found.append(item)
+    return found
+
+
+def check_cdi_request(request, path, before, dschema, version_text):
+    """``cdi: true`` needs a containerd with CDI and absolute directories: the refusal, with the file untouched."""
+    if request.state != 'present' or not request.cdi:
+        return
+    if cdi_state(before, dschema) is None:
+        raise DocumentError('%s: cdi=true, but the installed containerd %s has no CDI (its `config dump` has no '
+                            'enable_cdi in %s; CDI came with containerd 1.7). Nothing was changed; upgrade containerd '
+                            'or leave cdi unset.' % (path, version_text, ts.dotted(dschema.cri)))
+    relative = [item for item in request.cdi_spec_dirs if not posixpath.isabs(item)]
+    if relative:
+        raise DocumentError('%s: cdi_spec_dirs must be absolute directories, not %s. Nothing was changed.'
+                            % (path, ', '.join(relative)))
+
+
+def cdi_wanted(before, dschema, wanted_dirs):
+    """What ``cdi: true`` must change in the effective configuration ``before``: ``{key: new effective value}``."""
+    state = cdi_state(before, dschema)
+    want = {}
+    if not state['enabled']:
+        want['enable_cdi'] = True
+    missing = missing_dirs(state['spec_dirs'], wanted_dirs)
+    if missing:
+        want['cdi_spec_dirs'] = state['spec_dirs'] + missing
+    return want
+
+
+def block_cdi(config, schema):
+    """``{key: value}`` of the CDI keys our block holds."""
+    found = {}
+    for key in CDI_KEYS:
+        entry = config.doc.entry(schema.cri + (key,))
+        if entry is not None and config.in_block(entry.start):
+            found[key] = get(config.values, schema.cri + (key,))
+    return found
+
+
+def cdi_block_lines(schema, indent, values):
+    """The CRI table with the CDI keys ``values`` (``{key: value}``) as the block writes them, enable_cdi first."""
+    if not values:
+        return []
+    return ['[%s]' % ts.dotted(schema.cri)] + ['%s%s = %s' % (indent, key, ts.scalar(values[key]))
+                                               for key in CDI_KEYS if key in values]
+
+
+def ours(config, entry):
+    """Whether this module wrote ``entry``: in its block, or behind one of its markers."""
+    return entry is not None and (config.in_block(entry.start) or marker_before(config, entry) is not None)
+
+
+def undo_cdi(config, schema, splice, changes):
+    """Put back the CDI keys this module changed outside its block (the block's go with it); returns the keys."""
+    touched = []
+    for key in CDI_KEYS:
+        entry = config.doc.entry(schema.cri + (key,))
+        if entry is not None and not config.in_block(entry.start) and marker_before(config, entry) is not None:
+            restore_marked(config, entry, splice)
+            changes.append('%s restored' % key)
+            touched.append(key)
+    return touched
+
+
+def plan_cdi(config, request, schema, before, dschema, splice, indent, changes, warnings):
+    """Edits for ``cdi``; returns ``(lines for the block, the CDI keys whose effective value may change)``.
+
+    ``true``: what the effective configuration lacks (``cdi_wanted``) is set in place (the previous value kept in a
+    marker comment), or added to the file's CRI table behind a marker, or written in the block when the file has no
+    CRI table; ``false``: what this module did is put back; None: left as it is. The keys the block already holds
+    stay in it unless ``false``.
+    """
+    in_block = block_cdi(config, schema)
+    if request.cdi is None:
+        return cdi_block_lines(schema, indent, in_block), []
+    if request.cdi is False:
+        touched = undo_cdi(config, schema, splice, changes) + sorted(in_block)
+        if in_block:
+            changes.append('%s removed from the block' % ', '.join(key for key in CDI_KEYS if key in in_block))
+        entry = config.doc.entry(schema.cri + ('enable_cdi',))
+        state = cdi_state(before, dschema)
+        if state is not None and state['enabled'] and 'enable_cdi' not in touched:
+            where = ('line %d sets it' % config.line_of(entry.start) if entry is not None
+                     else 'containerd 2.x has it on by default, or a file it imports sets it')
+            warnings.append('%s: CDI (enable_cdi = true) was not switched on by this module (%s); it was left on.'
+                            % (config.path, where))
+        return [], touched
+    want = cdi_wanted(before, dschema, request.cdi_spec_dirs)
+    header = config.doc.header(schema.cri)
+    outside = header is not None and not config.in_block(header.start)
+    block = dict(in_block)
+    for key in CDI_KEYS:
+        if key not in want:
+            continue
+        entry = config.doc.entry(schema.cri + (key,))
+        value = want[key]
+        if key == 'cdi_spec_dirs' and entry is not None:
+            have = get(config.values, schema.cri + (key,))
+            value = (have if isinstance(have, list) else []) + missing_dirs(have or [], request.cdi_spec_dirs)
+        text = ts.scalar(value)
+        if entry is not None and not config.in_block(entry.start):
+            previous = set_in_place(config, entry, text, splice)
+            changes.append('%s set to %s (was %s)' % (key, text, previous))
+        elif entry is not None or not outside:
+            check_cri_table(config, schema)
+            block[key] = value
+            changes.append('%s = %s added (in the block)' % (key, text))
+        else:
+            add_marked(config, header, key, text, splice)
+            changes.append('%s = %s added to [%s]' % (key, text, ts.dotted(schema.cri)))
+    return cdi_block_lines(schema, indent, block), sorted(want)
+
+
+def check_cri_table(config, schema):
+    """The block can write ``[CRI table]`` only when the file does not define that table with dotted keys."""
+    size = len(schema.cri)
+    for entry in config.doc.entries:
+        if entry.path[:size] == schema.cri and len(entry.table) < size and not config.in_block(entry.start):
+            raise DocumentError('%s: line %d writes the table %s with dotted keys; cannot add the CDI settings '
+                                'safely. Nothing was changed; write it as a [%s] table, or set them by hand.'
+                                % (config.path, config.line_of(entry.start), ts.dotted(schema.cri),
+                                   ts.dotted(schema.cri)))
 
 
 def key_indent(config):
@@ -565,8 +734,28 @@ def own_key_indent(config, header):
     return own[-1].indent if own else header.indent + indent_step(config)
 
 
+def set_in_place(config, entry, value, splice):
+    """Give ``entry`` the value text ``value`` in place, its previous value kept in a marker comment above it (an
+    existing marker keeps the first value); returns the previous value text."""
+    previous = config.text[entry.value_start:entry.value_end]
+    if marker_before(config, entry) is None:
+        splice.insert(entry.start, entry.indent + key_mark(entry.path[-1]) + previous + config.doc.newline)
+    splice.replace(entry.value_start, entry.value_end, value)
+    return previous
+
+
+def add_marked(config, header, key, value, splice):
+    """Add ``key = value`` (value text) at the end of the own keys of the table ``header``, behind an added
+    marker."""
+    indent = own_key_indent(config, header)
+    newline = config.doc.newline
+    splice.insert(config.doc.table_end(header), indent + key_added(key) + newline + indent + ts.quote_key(key) + ' = ' +
+                  value + newline)
+
+
 def marker_before(config, entry):
-    """Our default_runtime_name marker line right above ``entry``: ``(start, previous value text or None)``."""
+    """Our marker line right above ``entry`` (``key_mark`` or ``key_added`` of its key): ``(start, previous value
+    text or None)``."""
     text = config.text
     line_end = entry.start - 1
     if line_end <= 0:
@@ -575,14 +764,16 @@ def marker_before(config, entry):
         line_end -= 1
     line_start = text.rfind('\n', 0, line_end) + 1
     line = text[line_start:line_end].strip()
-    if line.startswith(DEFAULT_MARK):
-        return line_start, line[len(DEFAULT_MARK):]
-    if line == DEFAULT_ADDED:
+    key = entry.path[-1]
+    if line.startswith(key_mark(key)):
+        return line_start, line[len(key_mark(key)):]
+    if line == key_added(key):
         return line_start, None
     return None
 
 
-def restore_default(config, entry, splice):
+def restore_marked(config, entry, splice):
+    """Put back what ``set_in_place`` or ``add_marked`` did to ``entry`` (its marker says which)."""
     start, previous = marker_before(config, entry)
     if previous is None:
         splice.remove(start, entry.end)
@@ -592,11 +783,16 @@ def restore_default(config, entry, splice):
 
 
 def plan_absent(config, request, schema):
-    """The new text for ``state=absent``: our block and our default_runtime_name edit undone, nothing else."""
+    """The new text for ``state=absent``: our block and our default_runtime_name edit undone, nothing else. The CDI
+    settings this module made (``plan_cdi``) are put back with the last runtime of the block; while others stay,
+    they stay too."""
     splice = ts.Splice(config.text)
     changes, warnings = [], []
     key = schema.containerd + ('default_runtime_name',)
     others = [name for name in config.added_runtimes(schema) if name != request.name]
+    cdi_keys = []
+    if not others:
+        cdi_keys = undo_cdi(config, schema, splice, changes) + sorted(block_cdi(config, schema))
     if config.block is not None and not others:
         splice.remove(*config.block)
         changes.append('the block of runtime "%s" removed' % request.name)
@@ -613,6 +809,7 @@ def plan_absent(config, request, schema):
         if entry is not None and config.in_block(entry.start) and get(config.values, key) != request.name:
             lines += ['[%s]' % ts.dotted(schema.containerd),
                       '%sdefault_runtime_name = %s' % (indent, ts.string(get(config.values, key)))]
+        lines += cdi_block_lines(schema, indent, block_cdi(config, schema))
         lines.append(END)
         start, end = config.block
         separator = config.text[start:config.text.find(BEGIN, start)]
@@ -621,14 +818,14 @@ def plan_absent(config, request, schema):
     entry = config.doc.entry(key)
     if entry is not None and not config.in_block(entry.start) and marker_before(config, entry) is not None and (
             not others or get(config.values, key) == request.name):
-        restore_default(config, entry, splice)
+        restore_marked(config, entry, splice)
         changes.append('default_runtime_name restored')
     if restore_taken_over(config, request.name, splice):
         changes.append('the definition of runtime "%s" this module took over put back' % request.name)
     elif config.defined_outside_block(schema.runtime(request.name)):
         warnings.append('%s: the runtime "%s" is defined outside this module\'s block; it was left as it is.'
                         % (config.path, request.name))
-    return Plan(splice.result(), changes, warnings)
+    return Plan(splice.result(), changes, warnings, cdi_keys=cdi_keys)
 
 
 def dead_default(config, schema, after, dschema, request):
@@ -730,8 +927,12 @@ def probe_text(text, path, directory, globs_from_file=False):
     return text[:entry.value_start] + '[%s]' % ', '.join(ts.string(item) for item in fixed) + text[entry.value_end:]
 
 
-def _normalise(values, schema, name):
+def _normalise(values, schema, name, cdi_keys=()):
     values = copy.deepcopy(values)
+    cri = get(values, schema.cri)
+    if isinstance(cri, dict):
+        for key in cdi_keys:
+            cri.pop(key, None)
     values.pop('imports', None)
     runtimes = get(values, schema.runtimes)
     if isinstance(runtimes, dict):
@@ -760,13 +961,24 @@ def differences(before, after, path=()):
     return [] if before == after else ['%s changed' % ts.dotted(path)]
 
 
-def compare_effective(before, after, request, schema, want_default, want_runtime=None):
+def compare_effective(before, after, request, schema, want_default, want_runtime=None, cdi_keys=()):
     """What differs between two dumps beyond what was asked; empty when only the runtime (and default) changed.
 
     ``want_default``: the default_runtime_name the after dump must show (None: any runtime it names);
-    ``want_runtime``: the runtime's settings it must show (None: any with our runtime_type and BinaryName).
+    ``want_runtime``: the runtime's settings it must show (None: any with our runtime_type and BinaryName);
+    ``cdi_keys``: the CDI keys the plan changes (``Plan.cdi_keys``), which may differ; with ``cdi: true`` the after
+    dump must have CDI on and read every directory of ``cdi_spec_dirs``.
     """
-    problems = differences(_normalise(before, schema, request.name), _normalise(after, schema, request.name))
+    problems = differences(_normalise(before, schema, request.name, cdi_keys),
+                           _normalise(after, schema, request.name, cdi_keys))
+    if request.state == 'present' and request.cdi:
+        state = cdi_state(after, schema) or {'enabled': None, 'spec_dirs': []}
+        if state['enabled'] is not True:
+            problems.append('enable_cdi is %s, not true' % ts.scalar(state['enabled']) if state['enabled'] is not None
+                            else 'enable_cdi is missing')
+        missing = missing_dirs(state['spec_dirs'], request.cdi_spec_dirs)
+        if missing:
+            problems.append('cdi_spec_dirs %s lacks %s' % (ts.scalar(state['spec_dirs']), ', '.join(missing)))
     runtime = get(after, schema.runtime(request.name))
     if request.state == 'present':
         if not isinstance(runtime, dict):

@@ -50,6 +50,8 @@ SPEC = dict(
     name=dict(type='str', default='nvidia'),
     runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
     default_runtime=dict(type='bool'),
+    cdi=dict(type='bool'),
+    cdi_spec_dirs=dict(type='list', elements='str', default=['/etc/cdi', '/var/run/cdi']),
     take_over=dict(type='bool', default=False),
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
@@ -64,7 +66,8 @@ class Request(Options):
     """What the user asked for: these options of the module (``SPEC``), ``apply_timeout`` as ``timeout``."""
 
     SPEC = SPEC
-    OPTIONS = ('path', 'name', 'runtime_path', 'default_runtime', 'state', 'apply', 'apply_timeout', 'take_over')
+    OPTIONS = ('path', 'name', 'runtime_path', 'default_runtime', 'cdi', 'cdi_spec_dirs', 'state', 'apply',
+               'apply_timeout', 'take_over')
     NAMES = {'apply_timeout': 'timeout'}
 
 
@@ -201,7 +204,7 @@ class Result(dict):
         dict.__init__(self, changed=False, path=path, backup_file=None, action='none', file_changed=False,
                       schema=None, containerd_version=None, containerd_pid_before=None, containerd_pid_after=None,
                       containerd_found_by=None,
-                      runtimes=None, default_runtime=None, changes=[], msg='', before='', after='', warnings=[])
+                      runtimes=None, default_runtime=None, cdi=None, changes=[], msg='', before='', after='', warnings=[])
 
 
 class Converge(object):
@@ -238,6 +241,8 @@ class Converge(object):
                                     % (request.path, error))
             imports = self.imported_files(real, config, before, version)
             defined_in = self.check_imports(real, config, imports, version)
+            cd.check_cdi_request(request, request.path, before, dschema, result['containerd_version'] or 'unknown')
+            self.check_cdi_imports(imports, before, dschema)
             self.report_runtimes(before, dschema)
             if not current.exists and request.state == 'absent':
                 result['msg'] = '%s does not exist; nothing to remove' % request.path
@@ -360,7 +365,7 @@ class Converge(object):
                 % (request.name, names, request.path)], planned.runtime)
         dumped = cd.get(before, dschema.runtime(request.name))
         same = isinstance(dumped, dict) and cd.runtime_settings(dumped) == cd.runtime_settings(planned.runtime)
-        if same and config.block is None and not request.default_runtime:
+        if same and config.block is None and not request.default_runtime and not planned.cdi_keys:
             note = ('the runtime "%s" is registered by %s (imported by %s), as this module would register it: '
                     'nothing written' % (request.name, names, request.path))
             return cd.Plan(config.text, [], [note], planned.runtime)
@@ -406,7 +411,8 @@ class Converge(object):
             want_default = cd.get(before, dschema.containerd + ('default_runtime_name',))
         else:
             want_default = None  # restored to what it was before this module set it
-        problems = cd.compare_effective(before, after, self.request, dschema, want_default, planned.runtime)
+        problems = cd.compare_effective(before, after, self.request, dschema, want_default, planned.runtime,
+                                        planned.cdi_keys)
         if problems:
             raise DocumentError('%s: the planned change would also change containerd\'s effective configuration '
                                 '(per `containerd config dump`): %s. Nothing was written.'
@@ -414,9 +420,29 @@ class Converge(object):
         return after
 
     def report_runtimes(self, effective, dschema):
-        """The runtimes and default runtime of the effective configuration (the planned one when it changes)."""
+        """The runtimes, default runtime and CDI state of the effective configuration (the planned one when it
+        changes)."""
         runtimes, default = cd.cri_runtimes(effective, dschema)
-        self.result.update(runtimes=sorted(runtimes), default_runtime=default)
+        self.result.update(runtimes=sorted(runtimes), default_runtime=default, cdi=cd.cdi_state(effective, dschema))
+
+    def check_cdi_imports(self, imports, before, dschema):
+        """``cdi: true`` edits this file only: a CDI key it must change that an imported file sets (2.x merges that
+        file over this one; 1.x imports with a CRI table are refused in ``check_imports``) is refused, naming it."""
+        request = self.request
+        if request.state != 'present' or not request.cdi:
+            return
+        for key in cd.cdi_wanted(before, dschema, request.cdi_spec_dirs):
+            setters = [path for path in sorted(imports)
+                       if any(cd.get(imports[path], schema.cri + (key,)) is not None
+                              for schema in (cd.SCHEMAS[2], cd.SCHEMAS[3]))]
+            if setters:
+                state = cd.cdi_state(before, dschema)
+                raise DocumentError(
+                    '%s imports %s, which sets %s (in effect: enable_cdi = %s, cdi_spec_dirs = %s; cdi=true wants CDI '
+                    'on and %s read): that file wins over this one, and this module does not edit imported files. '
+                    'Nothing was changed; set %s in %s (or remove it there), then run again.'
+                    % (request.path, ', '.join(setters), key, cd.ts.scalar(state['enabled']),
+                       cd.ts.scalar(state['spec_dirs']), ', '.join(request.cdi_spec_dirs), key, ', '.join(setters)))
 
     def write(self, real, current, text):
         self.result['backup_file'] = _host.replace_config(real, text, current, self.backup, self.label)

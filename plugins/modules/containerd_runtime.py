@@ -42,7 +42,8 @@ description:
   - B(Checked with containerd itself before writing.) The planned text is given to C(containerd --config /dev/stdin
     config dump) on its standard input (no file is written for it, in check mode or not; relative file imports are
     made absolute for it, as containerd resolves them against the file's directory), and it must show the same
-    effective configuration as before except the runtime (and C(default_runtime_name) when asked); otherwise nothing
+    effective configuration as before except the runtime (and C(default_runtime_name) and the CDI keys when asked,
+    which must show CDI on and every O(cdi_spec_dirs) read); otherwise nothing
     is written. Invalid TOML, a runtime of that name already
     defined differently (unless O(take_over)), O(default_runtime=true) while containerd 1.x's deprecated
     C(default_runtime) table is in effect, a C(runtimes) table written inline, or (containerd 1.x) an imported file that carries the CRI
@@ -102,6 +103,30 @@ options:
       - V(true) sets it (the previous value is kept in a marker comment); V(false) puts back what this module changed;
         omitted leaves it as it is.
     type: bool
+  cdi:
+    description:
+      - Whether the CRI plugin has the Container Device Interface on (C(enable_cdi)) and reads every directory of
+        O(cdi_spec_dirs) (where M(gpufleet.nvidia.cdi_spec) writes NVIDIA's spec).
+      - V(true) changes only what the effective configuration lacks. A value the file sets (C(containerd config
+        default) writes C(enable_cdi = false) on 1.7) is changed in place, its previous value kept in a marker comment
+        above it; a key the file's CRI table lacks is added to that table behind a marker; a file without a CRI table
+        gets it in the module's block. Nothing is written when containerd already has CDI on and reads the
+        directories (containerd 2.x by default). containerd 1.6 has no CDI; V(true) fails there, the file untouched.
+        A key that must change but is set in a file containerd imports is refused, naming that file (imported files
+        are not edited).
+      - V(false) puts back what this module changed for CDI (the values in its markers); a value it did not set is
+        left as it is, with a warning when CDI is on. Omitted leaves CDI as it is. O(state=absent) puts CDI back too,
+        with the last runtime of the block.
+      - containerd reads these settings only at start; a change restarts it (O(apply)).
+    type: bool
+  cdi_spec_dirs:
+    description:
+      - With O(cdi=true), the directories the CRI plugin must read CDI specs from. A C(cdi_spec_dirs) that already
+        lists each of them (containerd's default does) is left alone; otherwise the missing ones are appended to the
+        list in effect. C(/run/cdi) and C(/var/run/cdi) count as one directory.
+    type: list
+    elements: str
+    default: [/etc/cdi, /var/run/cdi]
   take_over:
     description:
       - What to do when the runtime O(name) is already defined in the file, outside this module's block, differently
@@ -115,7 +140,7 @@ options:
   state:
     description:
       - V(present) registers the runtime; V(absent) removes exactly what this module added (the block, and its
-        C(default_runtime_name) change) and puts back a definition O(take_over) commented out.
+        C(default_runtime_name) and CDI changes) and puts back a definition O(take_over) commented out.
     type: str
     choices: [present, absent]
     default: present
@@ -179,6 +204,10 @@ EXAMPLES = r'''
   gpufleet.nvidia.containerd_runtime:
     take_over: true
 
+- name: Register the runtime and have the CRI plugin read NVIDIA's CDI spec (/var/run/cdi/nvidia.yaml)
+  gpufleet.nvidia.containerd_runtime:
+    cdi: true
+
 - name: Remove exactly what was added
   gpufleet.nvidia.containerd_runtime:
     state: absent
@@ -238,6 +267,23 @@ default_runtime:
   returned: always
   type: str
   sample: runc
+cdi:
+  description:
+    - The CRI plugin's CDI settings in that effective configuration (C(enable_cdi), C(cdi_spec_dirs)); null when the
+      installed containerd has no CDI (1.6).
+  returned: always
+  type: dict
+  contains:
+    enabled:
+      description: C(enable_cdi).
+      type: bool
+      sample: true
+    spec_dirs:
+      description: C(cdi_spec_dirs).
+      type: list
+      elements: str
+      sample: [/etc/cdi, /var/run/cdi]
+  sample: {enabled: true, spec_dirs: [/etc/cdi, /var/run/cdi]}
 containerd_pid_before:
   description: PID of the containerd that reads O(path) before the run; null when none was running.
   returned: always
