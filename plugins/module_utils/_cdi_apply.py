@@ -133,6 +133,7 @@ class CdiRun(object):
             self.fail('cannot run %s: %s. Install NVIDIA\'s container toolkit (nvidia-container-toolkit-base), or '
                       'set nvidia_ctk to its nvidia-ctk; the spec %s was left as it is'
                       % (ctk, why, self.request.path))
+        self.check_path_directories()
         fmt = _cdi.spec_format(self.request.path)
         out = self.ctk(fmt)
         try:
@@ -147,6 +148,19 @@ class CdiRun(object):
                       'as it is' % self.request.path)
         self.result.update(devices=summary['devices'], driver_version=summary['driver_version'])
         return out, summary
+
+    def check_path_directories(self):
+        """nvidia-ctk writes into the spec the hooks (``nvidia-cdi-hook``, ``nvidia-ctk``) it finds on ``PATH``, and
+        every engine runs them as root for each GPU container; the boot refresh uses the same ``PATH``. So each of its
+        directories, present or not, must be out of other users' reach (``resolve_path`` of a name in it)."""
+        for directory in boot.ENVIRONMENT['PATH'].split(':'):
+            try:
+                _host.resolve_path(os.path.join(self.host_path(directory), 'nvidia-cdi-hook'),
+                                   reader='nvidia-ctk, which records the hooks it finds on PATH in the spec (the '
+                                          'engines run them as root)')
+            except GpufleetError as exc:
+                self.fail('%s. The PATH directory %s is searched for the spec\'s hooks; the spec %s was left as it '
+                          'is' % (str(exc).rstrip('.'), directory, self.request.path))
 
     def ctk_runs(self):
         """Whether nvidia-ctk is there to be run (for ``state: absent``, which generates no spec)."""
@@ -213,9 +227,9 @@ class CdiRun(object):
         """(files, current texts, actions, service) of the boot pieces for this run's state."""
         p = self.request
         nvidia_unit = next((path for path in boot.NVIDIA_UNIT_PATHS if os.path.exists(self.host_path(path))), None)
-        env_text = _host.read_text(self.host_path(boot.NVIDIA_ENV_FILE))
+        env_text = _host.read_root_text(self.host_path(boot.NVIDIA_ENV_FILE))
         every = boot.every_piece(self.init)
-        current = dict((kind, _host.read_text(self.host_path(path))) for kind, path in every.items())
+        current = dict((kind, _host.read_root_text(self.host_path(path))) for kind, path in every.items())
         if p.state == 'absent':
             files = dict((kind, (path, None, None)) for kind, path in every.items())
             service = self.service(boot.SERVICE)
@@ -325,7 +339,9 @@ class CdiRun(object):
         try:
             if action == 'write_spec':
                 _host.ensure_directory(real)
-                _host.write_atomic(real, generated.encode('utf-8'), mode=0o644, label=self.label)
+                # The temp file in a private sibling directory: never in a directory the engines read whole.
+                _host.write_atomic(real, generated.encode('utf-8'), mode=0o644, label=self.label,
+                                   temp_dir=_host.private_directory(os.path.dirname(real)))
             elif action == 'remove_spec':
                 os.unlink(real)
             elif action == 'write_runtime_config':
@@ -336,7 +352,7 @@ class CdiRun(object):
                 path, text, mode = files[action[len('write_'):]]
                 _host.write_boot_file(self.host_path(path), text, mode, label=self.label)
             elif action.startswith('remove_'):
-                os.unlink(self.host_path(files[action[len('remove_'):]][0]))
+                _host.remove_root_file(self.host_path(files[action[len('remove_'):]][0]))
             elif action == 'disable_other':
                 self.other_service.disable()
             else:

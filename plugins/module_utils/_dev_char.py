@@ -612,7 +612,8 @@ class Runner(object):
         self.result['boot_files'] = [self.files[kind][0] for kind in BOOT_KINDS if kind in self.files]
 
     def read_boot(self):
-        return dict((kind, _host.read_text(self.host_path(path))) for kind, (path, _text, _mode) in self.files.items())
+        return dict((kind, _host.read_root_text(self.host_path(path)))
+                    for kind, (path, _text, _mode) in self.files.items())
 
     # ---- the run ----------------------------------------------------------------
     def converge(self):
@@ -688,7 +689,7 @@ class Runner(object):
                     path, text, mode = self.files[action[len('write_'):]]
                     _host.write_boot_file(self.host_path(path), text, mode, label=self.label)
                 elif action.startswith('remove_'):
-                    os.unlink(self.host_path(self.files[action[len('remove_'):]][0]))
+                    _host.remove_root_file(self.host_path(self.files[action[len('remove_'):]][0]))
                 else:
                     getattr(self.service, action)()
             except (GpufleetError, OSError) as exc:

@@ -292,6 +292,25 @@ def read_file(path, real, limit, reader='the program that reads it'):
     return HostFile(True, real, text, st)
 
 
+def read_root_text(path, limit=1 << 20, reader='root, at boot'):
+    """The text of a file root runs or reads (a boot script, a unit, a drop-in), or None when it is missing: through
+    ``resolve_path`` and ``read_file`` (no link another user can change, no FIFO, a regular file owned by root and
+    writable by nobody else). Raises HostFileError naming ``path`` otherwise: its text is not taken, nor shown in a
+    diff, from a file another user could have put there."""
+    found = read_file(path, resolve_path(path, reader=reader), limit, reader=reader)
+    return found.text if found.exists else None
+
+
+def remove_root_file(path, reader='root, at boot'):
+    """Remove the file ``path`` (a boot piece of ours) at its real location, found by ``resolve_path``: never
+    through a link or a directory another user can change. A missing file is not an error."""
+    try:
+        os.unlink(resolve_path(path, reader=reader))
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise write_failed(path, exc, 'remove it')
+
+
 def read_text(path):
     """A root-owned file's text (a unit, a script), or None when it cannot be read."""
     try:
@@ -617,6 +636,10 @@ def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None, t
         dfd = open_directory(directory)
     except OSError as exc:
         raise write_failed(path, exc, 'open the directory %s' % directory)
+    problem = untrusted(os.fstat(dfd))
+    if problem:  # the directory opened, whoever made it since the path was resolved (a missing one made by another)
+        os.close(dfd)
+        refuse(path, 'the directory %s' % directory, problem, 'Make it owned by root and writable only by root.')
     try:
         temp_dfd = open_directory(temp_dir) if temp_dir != directory else dfd
     except OSError as exc:
