@@ -177,13 +177,7 @@ def loads(text, path):
     return ts.check_depth(values, path)
 
 
-def get(values, path, default=None):
-    node = values
-    for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
+get = ts.get
 
 
 class Config(object):

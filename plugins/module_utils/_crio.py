@@ -24,6 +24,9 @@ the facts these rules stand on, read in CRI-O's source, v1.24 to v1.36).
   ``conmon_env`` of ``[crio.runtime]`` winning as CRI-O makes them win, and
   ``monitor_cgroup`` checked against ``cgroup_manager`` as CRI-O checks it at
   start.
+* CDI (CRI-O 1.24 and later, always on): the specs are read from ``[crio.runtime] cdi_spec_dirs`` (built-in
+  ``["/etc/cdi", "/var/run/cdi"]``), a list a later file replaces whole. With ``cdi: true`` the drop-in sets it to
+  what the other files make it plus the directories missing there, and only when one is missing.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -31,6 +34,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import posixpath
 import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
@@ -43,6 +47,11 @@ DEFAULT_DIR = '/etc/crio/crio.conf.d'
 DEFAULT_PATH = DEFAULT_DIR + '/99-nvidia.conf'
 MAX_CONFIG_BYTES = 1024 * 1024
 RUNTIME_PACKAGE = 'nvidia-container-toolkit'
+CDI_SPEC_DIRS = ('crio', 'runtime', 'cdi_spec_dirs')
+# CRI-O's built-in cdi_spec_dirs (pkg/config/config.go: cdi.DefaultSpecDirs of container-device-interface).
+CDI_DEFAULT_DIRS = ('/etc/cdi', '/var/run/cdi')
+# The first CRI-O with CDI (cdi_spec_dirs, cri-o/cri-o a0d3fd8 "config,cli: add configuration for CDI.").
+CDI_FROM = (1, 24, 0)
 MARK = 'gpufleet.nvidia crio_runtime'
 HEADER = ('# %s: this file is written by Ansible and removed by state=absent.' % MARK,
           '# Change the task, not this file: the next run writes it again.')
@@ -112,13 +121,7 @@ def loads(text, path):
     return ts.check_depth(values, path)
 
 
-def get(values, path, default=None):
-    node = values
-    for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
+get = ts.get
 
 
 class Source(object):
@@ -195,6 +198,12 @@ class Effective(object):
         return self.get(RUNTIME + ('default_runtime',)) or builtin_default_runtime(self.version)
 
     @property
+    def cdi_spec_dirs(self):
+        """The directories CRI-O reads CDI specs from: the last file's ``cdi_spec_dirs``, else its built-in list."""
+        value = self.get(CDI_SPEC_DIRS, CDI_DEFAULT_DIRS)
+        return list(value) if isinstance(value, (list, tuple)) else value
+
+    @property
     def cgroup_manager(self):
         return self.get(RUNTIME + ('cgroup_manager',)) or 'systemd'
 
@@ -210,6 +219,8 @@ SPEC = dict(
     name=dict(type='str', default='nvidia'),
     runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
     default_runtime=dict(type='bool'),
+    cdi=dict(type='bool'),
+    cdi_spec_dirs=dict(type='list', elements='str', default=list(CDI_DEFAULT_DIRS)),
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
     apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
@@ -222,22 +233,24 @@ class Request(Options):
     """What the user asked for: these options of the module (``SPEC``), ``apply_timeout`` as ``timeout``."""
 
     SPEC = SPEC
-    OPTIONS = ('path', 'config_path', 'config_dir', 'name', 'runtime_path', 'default_runtime', 'state', 'apply',
-               'apply_timeout')
+    OPTIONS = ('path', 'config_path', 'config_dir', 'name', 'runtime_path', 'default_runtime', 'cdi', 'cdi_spec_dirs',
+               'state', 'apply', 'apply_timeout')
     NAMES = {'apply_timeout': 'timeout'}
 
 
 class Plan(object):
     """``text`` (the drop-in's new text, or None: no file), ``changes``, ``warnings``, ``before``/``after``
-    (the effective configurations), ``runtime`` (the table written, or None)."""
+    (the effective configurations), ``runtime`` (the table written, or None), ``cdi_spec_dirs`` (the list
+    written, or None)."""
 
-    def __init__(self, text, changes, warnings, before, after, runtime):
+    def __init__(self, text, changes, warnings, before, after, runtime, cdi_spec_dirs=None):
         self.text = text
         self.changes = changes
         self.warnings = warnings
         self.before = before
         self.after = after
         self.runtime = runtime
+        self.cdi_spec_dirs = cdi_spec_dirs
 
 
 def monitor_cgroup(effective, handler, runtime_type, name):
@@ -301,10 +314,14 @@ def value_text(value):
     return ts.scalar(value)
 
 
-def render(request, default_line, table):
+def render(request, default_line, table, cdi_dirs=None):
     lines = list(HEADER)
+    if default_line or cdi_dirs:
+        lines += ['', '[%s]' % ts.dotted(RUNTIME)]
     if default_line:
-        lines += ['', '[%s]' % ts.dotted(RUNTIME), 'default_runtime = %s' % ts.string(request.name)]
+        lines.append('default_runtime = %s' % ts.string(request.name))
+    if cdi_dirs:
+        lines.append('cdi_spec_dirs = %s' % value_text(list(cdi_dirs)))
     if table:
         lines += ['', '[%s]' % ts.dotted(RUNTIMES + (request.name,))]
         lines += ['%s = %s' % (ts.quote_key(key), value_text(value)) for key, value in table]
@@ -356,21 +373,23 @@ def plan_present(sources, request, version=None):
     want_default = request.default_runtime
     if want_default is None:
         want_default = ours is not None and get(ours.values, RUNTIME + ('default_runtime',)) == name
-    text = render(request, want_default, table) if (table or want_default) else None
+    cdi_dirs, added = desired_cdi(ours, base, request, version, warnings)
+    text = render(request, want_default, table, cdi_dirs) if (table or want_default or cdi_dirs) else None
     order = placed_in_order(sources, request.path, text)
-    if want_default:
-        for later in order[[source.path for source in order].index(request.path) + 1:]:
-            value = get(later.values, RUNTIME + ('default_runtime',))
-            if value is not None:
-                raise DocumentError('%s is read after %s and sets default_runtime = %s, which CRI-O applies last. '
-                                    'Nothing was changed; remove it there or give this drop-in a later name.'
-                                    % (later.path, request.path, ts.string(str(value))))
+    later = read_after(order, request.path, RUNTIME + ('default_runtime',)) if want_default else []
+    if later:
+        raise DocumentError('%s is read after %s and sets default_runtime = %s, which CRI-O applies last. '
+                            'Nothing was changed; remove it there or give this drop-in a later name.'
+                            % (later[0].path, request.path,
+                               ts.string(str(get(later[0].values, RUNTIME + ('default_runtime',))))))
+    if cdi_dirs:
+        check_cdi_read_last(order, request, cdi_dirs, warnings)
     previous = ours.text if ours is not None else None
     if text != previous:
         if previous is None:
             changes.append('drop-in %s created' % request.path)
         elif text is None:
-            changes.append('drop-in %s removed (the runtime is defined elsewhere)' % request.path)
+            changes.append('drop-in %s removed (nothing is left for it to set)' % request.path)
         else:
             changes.append('drop-in %s rewritten' % request.path)
         if table and (ours is None or get(ours.values, RUNTIMES + (name,)) != dict(table)):
@@ -381,9 +400,92 @@ def plan_present(sources, request, version=None):
         elif was_default and not want_default:
             changes.append('default_runtime no longer set here (CRI-O uses "%s")'
                            % (base.default_runtime or 'its built-in default'))
+        changes.extend(cdi_changes(ours, cdi_dirs, added, base))
     after = Effective(order, version)
     check_default(after, request.path)
-    return Plan(text, changes, warnings, before, after, table)
+    return Plan(text, changes, warnings, before, after, table, cdi_dirs)
+
+
+def cdi_dir_key(path):
+    """The key under which two spellings of one directory compare equal: normalised, ``/var/run/...`` as
+    ``/run/...`` (``/var/run`` is a link to ``/run`` on the systems CRI-O runs on)."""
+    path = posixpath.normpath(path)
+    if path == '/var/run' or path.startswith('/var/run/'):
+        path = path[len('/var'):]
+    return path
+
+
+def checked_cdi_dirs(values, origin):
+    """``values`` (a ``cdi_spec_dirs`` value) as a list of paths; refused when CRI-O could not decode it."""
+    if not isinstance(values, list) or not all(isinstance(item, str) for item in values):
+        raise DocumentError('%s: cdi_spec_dirs = %s is not a list of strings; CRI-O would refuse to start with it. '
+                            'Nothing was changed.' % (origin, value_text(values)))
+    return list(values)
+
+
+def effective_cdi_dirs(effective):
+    """The directories CRI-O reads CDI specs from in ``effective``, checked."""
+    origin = effective.origin(CDI_SPEC_DIRS)
+    return checked_cdi_dirs(effective.cdi_spec_dirs, origin.path if origin else 'cdi_spec_dirs')
+
+
+def desired_cdi(ours, base, request, version, warnings):
+    """``(the drop-in's cdi_spec_dirs or None, the directories it adds)``.
+
+    ``cdi`` true: what the other files make it (``base``, or CRI-O's built-in list) plus the wanted directories it
+    lacks, their entries first; None when none lacks. False: None. None: what the drop-in says now."""
+    if request.cdi is None:
+        kept = get(ours.values, CDI_SPEC_DIRS) if ours is not None else None
+        return (checked_cdi_dirs(kept, request.path) if kept is not None else None), []
+    if not request.cdi:
+        return None, []
+    for path in request.cdi_spec_dirs or []:
+        if not isinstance(path, str) or not path.startswith('/'):
+            raise DocumentError('cdi_spec_dirs: %r is not an absolute path. Nothing was changed.' % (path,))
+    if version is not None and tuple(version) < CDI_FROM:
+        warnings.append('CRI-O %s has no CDI support (cdi_spec_dirs is read from 1.24 on); upgrade CRI-O to use the '
+                        'CDI spec.' % '.'.join(str(part) for part in version))
+    theirs = effective_cdi_dirs(base)
+    known = set(cdi_dir_key(path) for path in theirs)
+    added = []
+    for path in request.cdi_spec_dirs or []:
+        if cdi_dir_key(path) not in known:
+            known.add(cdi_dir_key(path))
+            added.append(path)
+    return (theirs + added if added else None), added
+
+
+def read_after(order, path, key):
+    """The files of ``order`` CRI-O reads after the drop-in ``path`` that set ``key``."""
+    paths = [source.path for source in order]
+    later = order[paths.index(path) + 1:] if path in paths else []
+    return [source for source in later if get(source.values, key) is not None]
+
+
+def check_cdi_read_last(order, request, cdi_dirs, warnings):
+    """A file read after the drop-in that sets cdi_spec_dirs wins whole: refused for ``cdi: true``, a warning when
+    the drop-in only keeps what it said (``cdi`` omitted)."""
+    later = read_after(order, request.path, CDI_SPEC_DIRS)
+    if not later:
+        return
+    last = later[-1]
+    what = ('%s is read after %s and sets cdi_spec_dirs = %s; CRI-O takes the list whole from the last file that sets '
+            'it, so the drop-in\'s %s would not count'
+            % (last.path, request.path, value_text(get(last.values, CDI_SPEC_DIRS)), value_text(list(cdi_dirs))))
+    if request.cdi:
+        raise DocumentError('%s. Nothing was changed; add the directories there, remove the setting there, or give '
+                            'this drop-in a name that sorts after it.' % what)
+    warnings.append(what + '.')
+
+
+def cdi_changes(ours, cdi_dirs, added, base):
+    previous = get(ours.values, CDI_SPEC_DIRS) if ours is not None else None
+    if cdi_dirs == previous:
+        return []
+    if cdi_dirs:
+        return ['cdi_spec_dirs = %s%s' % (value_text(list(cdi_dirs)), (' (adds %s)' % ', '.join(added))
+                                          if added else '')]
+    return ['cdi_spec_dirs no longer set here (CRI-O reads %s)' % value_text(base.cdi_spec_dirs)]
 
 
 def read_before(source, path):

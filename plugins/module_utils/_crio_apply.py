@@ -77,6 +77,17 @@ def find_pid(pids):
     return None, None, None
 
 
+def cdi_flag(argv):
+    """The ``--cdi-spec-dirs`` a crio was started with (it overrides the files at start), or None."""
+    found = None
+    for index, arg in enumerate(argv[1:], 1):
+        if arg == '--cdi-spec-dirs' and index + 1 < len(argv):
+            found = (found or []) + [argv[index + 1]]
+        elif arg.startswith('--cdi-spec-dirs='):
+            found = (found or []) + [arg.split('=', 1)[1]]
+    return found
+
+
 def crio_error(log):
     """CRI-O's own words from its log: a failed reload, else the last fatal or error line."""
     found = None
@@ -160,7 +171,7 @@ class Result(dict):
     def __init__(self, path):
         dict.__init__(self, changed=False, path=path, backup_file=None, action='none', file_changed=False,
                       crio_version=None, crio_pid_before=None, crio_pid_after=None, crio_found_by=None,
-                      runtimes=None, default_runtime=None, changes=[], msg='',
+                      runtimes=None, default_runtime=None, cdi=None, changes=[], msg='',
                       before='', after='', warnings=[])
 
 
@@ -168,7 +179,7 @@ class Converge(object):
     """One crio_runtime run."""
 
     def __init__(self, request, service, tools, backup=None, backup_dir=None, label=None, poll=0.2,
-                 find=None, runtime_exists=None, settle=2.0, started=_host.start_time):
+                 find=None, runtime_exists=None, settle=2.0, started=_host.start_time, argv=_host.process_argv):
         self.request = request
         self.service = service
         self.tools = tools
@@ -180,6 +191,7 @@ class Converge(object):
         self.find = find or (lambda *unused: find_pid(service.processes()))
         self.settle = settle
         self.started = started
+        self.argv = argv
         self.runtime_exists = runtime_exists or (lambda path: bool(_host.which(path)))
         self.result = Result(request.path)
         self.warnings = self.result['warnings'] = []
@@ -222,7 +234,7 @@ class Converge(object):
                           changed=result['changed'] or file_changed,
                           # CRI-O's own default runtime is there even when no file defines it.
                           runtimes=sorted(set(planned.after.runtimes) | {planned.after.default_runtime}),
-                          default_runtime=planned.after.default_runtime)
+                          default_runtime=planned.after.default_runtime, cdi=cdi_result(planned.after))
             if request.state == 'present' and planned.runtime and not self.runtime_exists(request.runtime_path):
                 if planned.after.default_runtime == request.name:
                     raise DocumentError('%s: the runtime binary "%s" is missing and the runtime would be CRI-O\'s '
@@ -235,6 +247,8 @@ class Converge(object):
             pid = self.service.pid() or pid
             result['crio_pid_before'] = pid
             result['crio_found_by'] = found_by(self.service, pid, self.warnings)
+            if request.state == 'present':
+                self.check_cdi(pid)
             stale = []
             if pid and not file_changed:
                 started = self.started(pid)
@@ -255,6 +269,17 @@ class Converge(object):
             result['msg'] = message(result, stale, check_mode, request.apply)
             return result
 
+    def check_cdi(self, pid):
+        """Warnings: cdi_spec_dirs given without cdi=true; a crio whose --cdi-spec-dirs overrides the files."""
+        request = self.request
+        if not request.cdi and list(request.cdi_spec_dirs or []) != list(cr.CDI_DEFAULT_DIRS):
+            self.warnings.append('cdi_spec_dirs is used only with cdi=true; it was ignored.')
+        flag = cdi_flag(self.argv(pid)) if request.cdi and pid else None
+        if flag is not None:
+            self.warnings.append('the running crio (pid %d) was started with --cdi-spec-dirs %s, which overrides '
+                                 'cdi_spec_dirs of the files when it starts; remove that flag (or '
+                                 'CONTAINER_CDI_SPEC_DIRS) for the files to count.' % (pid, ','.join(flag)))
+
     def write(self, real, real_dir, current, text):
         """The drop-in written (its temp file out of the drop-in directory, which CRI-O reads whole) or removed."""
         if text is None:
@@ -266,6 +291,13 @@ class Converge(object):
             backup = backup_outside(self.backup_dir)
         temp_dir = _host.private_directory(real_dir) if text != current.text else None
         self.result['backup_file'] = _host.replace_config(real, text, current, backup, self.label, temp_dir)
+
+
+def cdi_result(effective):
+    """``{spec_dirs, set_in}``: the directories CRI-O reads CDI specs from and the file that sets them (None: CRI-O's
+    built-in list)."""
+    origin = effective.origin(cr.CDI_SPEC_DIRS)
+    return dict(spec_dirs=effective.cdi_spec_dirs, set_in=origin.path if origin else None)
 
 
 def remove(real):

@@ -9,12 +9,13 @@ __metaclass__ = type
 
 DOCUMENTATION = r'''
 module: crio_runtime
-short_description: Register a container runtime (nvidia) with CRI-O through a drop-in file and apply it
+short_description: Register a container runtime (nvidia) with CRI-O, and let it read CDI specs, through a drop-in file
 version_added: 0.1.0
 description:
   - Writes one drop-in file that the collection owns, by default C(/etc/crio/crio.conf.d/99-nvidia.conf), with
-    C([crio.runtime.runtimes.nvidia]), and C([crio.runtime] default_runtime = "nvidia") only on request.
-    No other file is ever edited; O(state=absent) removes exactly that file.
+    C([crio.runtime.runtimes.nvidia]), and C([crio.runtime] default_runtime = "nvidia") and C(cdi_spec_dirs) only
+    on request. No other file is ever edited; O(state=absent) removes exactly that file. The drop-in exists only
+    while it has something to set.
   - B(What the runtime copies.) Like NVIDIA's C(nvidia-ctk runtime configure --runtime=crio), the default runtime's
     table whole, as CRI-O's merged configuration has it (C(privileged_without_host_devices), C(allowed_annotations),
     C(runtime_config_path), C(default_annotations), C(container_min_memory), C(no_sync_log), C(stream_websockets)
@@ -37,15 +38,28 @@ description:
     in a file CRI-O reads before the drop-in (C(crio.conf), or a drop-in whose name sorts first, for example an old
     toolkit path), the drop-in's table replaces it whole, as CRI-O's drop-ins are meant to (a warning names it), and
     O(state=absent) brings it back.
-  - B(Refused, nothing changed.) Invalid TOML in any file (named); a runtime of that name with another
-    C(runtime_path) in a file CRI-O reads after the drop-in (it would win); a file at O(path) the module did not write; a O(path) outside O(config_dir), or a
-    running crio started with another C(--config-dir); O(default_runtime=true) when a file read later sets
-    C(default_runtime); the runtime made default while its binary is missing (CRI-O would not start).
+  - B(Refused, nothing changed.) Invalid TOML in any file (named); a C(cdi_spec_dirs) that is not a list of
+    strings; O(cdi=true) when a file read later sets C(cdi_spec_dirs) and a directory is missing; a runtime of that
+    name with another C(runtime_path) in a file CRI-O reads after the drop-in (it would win); a file at O(path) the
+    module did not write; a O(path) outside O(config_dir), or a running crio started with another C(--config-dir);
+    O(default_runtime=true) when a file read later sets C(default_runtime); the runtime made default while its
+    binary is missing (CRI-O would not start).
+  - B(CDI.) CRI-O 1.24 and later always inject CDI devices (the CRI C(CDIDevices) field, or C(cdi.k8s.io/*)
+    annotations); there is no switch to turn CDI on. They read the specs from C([crio.runtime] cdi_spec_dirs),
+    built-in C(["/etc/cdi", "/var/run/cdi"]), which covers the spec M(gpufleet.nvidia.cdi_spec) writes. A later
+    file's list replaces an earlier one whole. With O(cdi=true) the drop-in sets C(cdi_spec_dirs) only when the list
+    the other files make (or the built-in one) lacks a directory of O(cdi_spec_dirs), to that list plus the missing
+    directories, the other files' entries first. C(/run/cdi) and C(/var/run/cdi) count as one directory. Refused when
+    a file CRI-O reads after the drop-in sets C(cdi_spec_dirs) (it would win). RV(cdi) reports the directories
+    CRI-O reads. C(crio --cdi-spec-dirs) (or C(CONTAINER_CDI_SPEC_DIRS)) overrides every file at start; the module
+    warns when the running crio has that flag, and cannot change it. These facts were read in CRI-O's source
+    (cri-o/cri-o v1.23.0 to v1.36.3, C(pkg/config/config.go), C(pkg/config/reload.go)); see C(docs/crio.md).
   - B(Apply.) crio.conf(5) documents the runtimes table and C(default_runtime) as reloaded on SIGHUP from CRI-O 1.26,
     but the reload updates only the server's copy of the configuration, not the one that creates pods
     (cri-o/cri-o#10202, open), so O(apply=auto) restarts crio, only when this run changed the drop-in or the drop-in
-    changed after crio started. If crio does not come back (or logs a failed reload), the previous file is restored,
-    crio restarted (or reloaded) with it, and the module fails with crio's own words.
+    changed after crio started (C(cdi_spec_dirs) too; CRI-O re-reads it on SIGHUP since 1.24, but the module makes
+    no difference between the keys of its drop-in). If crio does not come back (or logs a failed reload), the
+    previous file is restored, crio restarted (or reloaded) with it, and the module fails with crio's own words.
   - The same root-only file rules as M(gpufleet.nvidia.docker_runtime) apply to the files and their directories.
 author:
   - gpufleet.nvidia maintainers (@gpufleet)
@@ -95,9 +109,25 @@ options:
       - Whether the runtime is CRI-O's C(default_runtime), set in the drop-in.
       - V(true) sets it; V(false) leaves it out of the drop-in; omitted keeps what the drop-in says now.
     type: bool
+  cdi:
+    description:
+      - Whether the drop-in makes CRI-O read CDI specs from every directory of O(cdi_spec_dirs).
+      - V(true) sets C([crio.runtime] cdi_spec_dirs) in the drop-in when, and only when, the list the other files make
+        (or CRI-O's built-in C(["/etc/cdi", "/var/run/cdi"]) when none sets it) lacks one of those directories, to
+        that list followed by the missing ones. When nothing is missing the drop-in does not set it.
+      - V(false) leaves C(cdi_spec_dirs) out of the drop-in; omitted keeps what the drop-in says now.
+      - CRI-O before 1.24 has no CDI (a warning).
+    type: bool
+  cdi_spec_dirs:
+    description:
+      - The directories CRI-O must read CDI specs from, absolute paths. Used only with O(cdi=true) (a warning
+        otherwise when changed from the default).
+    type: list
+    elements: str
+    default: [/etc/cdi, /var/run/cdi]
   state:
     description:
-      - V(present) writes the drop-in; V(absent) removes it (and nothing else).
+      - V(present) writes the drop-in; V(absent) removes it (and nothing else), with any C(cdi_spec_dirs) it set.
     type: str
     choices: [present, absent]
     default: present
@@ -151,6 +181,15 @@ EXAMPLES = r'''
 - name: Make nvidia CRI-O's default runtime
   gpufleet.nvidia.crio_runtime:
     default_runtime: true
+
+- name: Register the runtime and make sure CRI-O reads the CDI spec directories
+  gpufleet.nvidia.crio_runtime:
+    cdi: true
+
+- name: Also read CDI specs from a site directory
+  gpufleet.nvidia.crio_runtime:
+    cdi: true
+    cdi_spec_dirs: [/etc/cdi, /var/run/cdi, /opt/site/cdi]
 
 - name: Write the drop-in only; restart crio later in a window
   gpufleet.nvidia.crio_runtime:
@@ -209,6 +248,22 @@ default_runtime:
   returned: always
   type: str
   sample: crun
+cdi:
+  description: Where CRI-O reads CDI specs from in the effective configuration after the run (in check mode, the
+    planned one).
+  returned: always
+  type: dict
+  contains:
+    spec_dirs:
+      description: The directories, in CRI-O's order (a later one wins for a device named twice).
+      type: list
+      elements: str
+      sample: [/etc/cdi, /var/run/cdi]
+    set_in:
+      description: The file whose C(cdi_spec_dirs) CRI-O uses; null when no file sets it (CRI-O's built-in list).
+      type: str
+      sample: /etc/crio/crio.conf.d/99-nvidia.conf
+  sample: {"spec_dirs": ["/etc/cdi", "/var/run/cdi"], "set_in": null}
 crio_pid_before:
   description: PID of crio before the run; null when it was not running.
   returned: always
