@@ -37,6 +37,9 @@ ALWAYS, SET, TRUTHY, WITHOUT = 'always', 'set', 'truthy', 'without'
 _RUNTIME = (('name', 'container_runtime_name', ALWAYS),
             ('runtime_path', 'container_runtime_path', SET),
             ('default_runtime', 'container_runtime_default', SET))
+# CDI in containerd and CRI-O (dockerd has cdi alone: it reads its own default directories).
+_CDI = (('cdi', 'container_runtime_cdi', SET),
+        ('cdi_spec_dirs', 'container_runtime_cdi_spec_dirs', ALWAYS))
 _APPLY = (('state', 'container_runtime_state', ALWAYS),
           ('backup', 'container_runtime_backup', ALWAYS),
           ('apply', 'container_runtime_apply', ALWAYS))
@@ -88,14 +91,14 @@ OPTIONS = {
         ('path', 'gpu_node_cdi_path', ALWAYS),
         ('boot', 'gpu_node_cdi_boot', ALWAYS),
         ('runtime_mode', 'gpu_node_cdi_runtime_mode', SET)),
-    'containerd': (('path', 'container_runtime_containerd_config', ALWAYS),) + _RUNTIME + (
+    'containerd': (('path', 'container_runtime_containerd_config', ALWAYS),) + _RUNTIME + _CDI + (
         ('take_over', 'container_runtime_containerd_take_over', ALWAYS),) + _APPLY + (
         ('service_name', 'container_runtime_containerd_service_name', ALWAYS),
         ('apply_timeout', 'container_runtime_timeout', ALWAYS)) + _VERIFY,
     'crio': (
         ('path', 'container_runtime_crio_dropin', ALWAYS),
         ('config_path', 'container_runtime_crio_config', ALWAYS),
-        ('config_dir', 'container_runtime_crio_config_dir', ALWAYS)) + _RUNTIME + _APPLY + (
+        ('config_dir', 'container_runtime_crio_config_dir', ALWAYS)) + _RUNTIME + _CDI + _APPLY + (
         ('service_name', 'container_runtime_crio_service_name', ALWAYS),
         ('apply_timeout', 'container_runtime_timeout', ALWAYS)),
     'docker': (('path', 'container_runtime_daemon_json', ALWAYS),) + _RUNTIME + (

@@ -82,7 +82,8 @@ def test_a_concern_action_takes_the_roles_variables_and_keeps_async():
                  'container_runtime_backup': False, 'container_runtime_apply': 'auto',
                  'container_runtime_containerd_service_name': 'containerd', 'container_runtime_timeout': 60,
                  'container_runtime_verify': True, 'container_runtime_verify_image': '',
-                 'container_runtime_verify_devices': ['all']}
+                 'container_runtime_verify_devices': ['all'], 'container_runtime_cdi': None,
+                 'container_runtime_cdi_spec_dirs': ['/etc/cdi', '/var/run/cdi']}
     plugin, sent = action(ContainerdAction, {'role_vars': True})
     plugin._templar = Templar(loader=DataLoader(), variables=variables)
     plugin._task.async_val = 30
