@@ -125,8 +125,16 @@ def _order_lines():
     return ['After=%s' % ' '.join(AFTER), 'Before=%s kubelet.service' % engines]
 
 
+def temp_directory(directory):
+    """Where the refresh makes its temp file for a spec in ``directory``: the root-only sibling the module uses too
+    (``_host.private_directory``: ``<parent>/.<name>.gpufleet``), never a directory the engines read."""
+    parent, name = directory.rstrip('/').rsplit('/', 1)
+    return '%s/.%s.gpufleet' % (parent, name)
+
+
 def render_script(path, nvidia_ctk, names, fmt):
-    """The boot-time program: generate the spec (as ``fmt``) beside it and replace it only when the text differs."""
+    """The boot-time program: generate the spec (as ``fmt``) in a root-only sibling directory and replace the spec
+    only when the text differs."""
     directory, name = path.rsplit('/', 1)
     return '''#!/bin/sh
 %(header)s# Writes the NVIDIA CDI spec %(path)s with NVIDIA's nvidia-ctk, as gpufleet.nvidia.cdi_spec
@@ -140,8 +148,9 @@ ctk=%(ctk)s
 spec=%(path)s
 [ -x "$ctk" ] || { echo "$0: $ctk is not installed: the CDI spec was not refreshed" >&2; exit 0; }
 [ -d %(directory)s ] || mkdir -p -m 0755 %(directory)s || exit 1
-# A temp name the engines' CDI registry does not read (it reads *.yaml and *.json only).
-tmp=$(mktemp %(directory)s/.%(name)s.XXXXXX) || exit 1
+# The temp file outside the directory the engines read, in a root-only sibling on the same file system.
+[ -d %(private)s ] && [ ! -L %(private)s ] || mkdir -m 0700 %(private)s || exit 1
+tmp=$(mktemp %(private)s/.%(name)s.XXXXXX) || exit 1
 if ! "$ctk" %(args)s >"$tmp"; then
     rm -f "$tmp"
     exit 1
@@ -152,7 +161,7 @@ if cmp -s "$tmp" "$spec"; then
 fi
 chmod 0644 "$tmp" && mv -f "$tmp" "$spec" || { rm -f "$tmp"; exit 1; }
 ''' % {'header': _boot_files.header('#', 'cdi_spec'), 'path': path, 'ctk': nvidia_ctk, 'directory': directory,
-       'name': name, 'args': ' '.join(_cdi.generate_argv(nvidia_ctk, names, fmt=fmt)[1:]),
+       'name': name, 'private': temp_directory(directory), 'args': ' '.join(_cdi.generate_argv(nvidia_ctk, names, fmt=fmt)[1:]),
        'env_path': ENVIRONMENT['PATH'], 'tmpdir': ENVIRONMENT['TMPDIR']}
 
 

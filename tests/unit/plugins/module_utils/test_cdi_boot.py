@@ -13,6 +13,7 @@ import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _boot_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_boot as boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 
 NVIDIA_UNIT = '/lib/systemd/system/nvidia-cdi-refresh.service'
 PATH = '/var/run/cdi/nvidia.yaml'
@@ -136,14 +137,33 @@ def test_the_boot_script_writes_the_spec_and_replaces_it_only_when_it_differs(tm
     assert (spec.stat().st_ino, spec.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # not rewritten
     assert run_script(tmp_path, fake_ctk(tmp_path, 'kind: nvidia.com/gpu\ndevices: []\n'), spec).returncode == 0
     assert spec.read_text() == 'kind: nvidia.com/gpu\ndevices: []\n'
-    assert sorted(os.listdir(str(spec.parent))) == ['nvidia.yaml']  # no temp file left
+    assert sorted(os.listdir(str(spec.parent))) == ['nvidia.yaml']  # no temp file, ever, where the engines read
+    private = tmp_path / '.cdi.gpufleet'
+    assert os.listdir(str(private)) == [] and oct(private.stat().st_mode & 0o777) == '0o700'
+
+
+def test_the_boot_script_and_the_module_share_the_temp_directory(tmp_path):
+    directory = str(tmp_path / 'cdi')
+    os.mkdir(directory)
+    assert boot.temp_directory(directory) == _host.private_directory(directory) == str(tmp_path / '.cdi.gpufleet')
+    assert boot.temp_directory('/var/run/cdi') == '/var/run/.cdi.gpufleet'
+
+
+def test_the_boot_script_does_not_make_its_temp_file_through_a_link(tmp_path):
+    spec = tmp_path / 'cdi' / 'nvidia.yaml'
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    os.symlink(str(elsewhere), str(tmp_path / '.cdi.gpufleet'))
+    proc = run_script(tmp_path, fake_ctk(tmp_path, 'kind: nvidia.com/gpu\n'), spec)
+    assert proc.returncode == 1 and not spec.exists() and os.listdir(str(elsewhere)) == []
 
 
 def test_the_boot_script_keeps_the_spec_when_nvidia_ctk_fails_and_skips_without_it(tmp_path):
-    spec = tmp_path / 'nvidia.yaml'
+    spec = tmp_path / 'cdi' / 'nvidia.yaml'
+    spec.parent.mkdir()
     spec.write_text('old\n')
     proc = run_script(tmp_path, fake_ctk(tmp_path, 'half', rc=1), spec)
     assert proc.returncode == 1 and spec.read_text() == 'old\n'
-    assert sorted(os.listdir(str(tmp_path))) == ['args', 'nvidia-ctk', 'nvidia.yaml', 'refresh']
+    assert os.listdir(str(spec.parent)) == ['nvidia.yaml'] and os.listdir(str(tmp_path / '.cdi.gpufleet')) == []
     proc = run_script(tmp_path, str(tmp_path / 'missing-ctk'), spec)
     assert proc.returncode == 0 and 'is not installed' in proc.stderr and spec.read_text() == 'old\n'
