@@ -41,7 +41,7 @@ def write_report(path, report):
                             'replace it; give the path of a file, or an empty path to write no report'
                             % (target, _kind(mode)))
     data = (json.dumps(report, indent=2, sort_keys=True) + '\n').encode('utf-8')
-    write_atomic(target, data, mode=0o644)
+    write_atomic(target, data, mode=0o644, shared=True)  # the operator may share the report's directory
 
 
 def _kind(mode):

@@ -605,7 +605,7 @@ def write_failed(path, exc, what='write'):
                          % (path, what, reason, ' (%s)' % hint if hint and hint != reason.lower() else ''))
 
 
-def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None, temp_dir=None):
+def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None, temp_dir=None, shared=False):
     """Write ``data`` (bytes) to ``path`` (a resolved path in a directory only root or we can write).
 
     The temp file is made beside ``path``, or in ``temp_dir`` (``private_directory``) when the directory is one
@@ -616,6 +616,12 @@ def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None, t
     ``new_mode`` for a new file. ``label(temp_path, path)`` runs before the
     rename (the modules copy the SELinux label). Raises HostFileError naming
     ``path``; the file is then as it was.
+
+    The directory opened must be out of other users' reach (whoever made it
+    after the path was resolved), unless ``shared``: a file of no privilege
+    (the controller's drift report) in a directory the operator shares, where
+    the temp file's O_EXCL|O_NOFOLLOW creation and the rename keep root's
+    write from going anywhere else.
     """
     directory = os.path.dirname(os.path.abspath(path))
     owner = None
@@ -636,7 +642,7 @@ def write_atomic(path, data, like=None, mode=None, new_mode=0o644, label=None, t
         dfd = open_directory(directory)
     except OSError as exc:
         raise write_failed(path, exc, 'open the directory %s' % directory)
-    problem = untrusted(os.fstat(dfd))
+    problem = None if shared else untrusted(os.fstat(dfd))
     if problem:  # the directory opened, whoever made it since the path was resolved (a missing one made by another)
         os.close(dfd)
         refuse(path, 'the directory %s' % directory, problem, 'Make it owned by root and writable only by root.')
