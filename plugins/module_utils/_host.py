@@ -296,7 +296,12 @@ def read_root_text(path, limit=1 << 20, reader='root, at boot'):
     """The text of a file root runs or reads (a boot script, a unit, a drop-in), or None when it is missing: through
     ``resolve_path`` and ``read_file`` (no link another user can change, no FIFO, a regular file owned by root and
     writable by nobody else). Raises HostFileError naming ``path`` otherwise: its text is not taken, nor shown in a
-    diff, from a file another user could have put there."""
+    diff, from a file another user could have put there. A path under a file (ENOTDIR) cannot exist: None."""
+    try:
+        os.lstat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENOTDIR:
+            return None
     found = read_file(path, resolve_path(path, reader=reader), limit, reader=reader)
     return found.text if found.exists else None
 
@@ -309,15 +314,6 @@ def remove_root_file(path, reader='root, at boot'):
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise write_failed(path, exc, 'remove it')
-
-
-def read_text(path):
-    """A root-owned file's text (a unit, a script), or None when it cannot be read."""
-    try:
-        with open(path, 'r') as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
 
 
 def tail_file(path, limit=16384):

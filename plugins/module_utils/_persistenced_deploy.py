@@ -218,8 +218,8 @@ class Deployer(object):
             desired_unit = pd.render(self.init, p, daemon_path, kind)
         except pd.ConfigError as exc:
             self.fail(str(exc))
-        current_unit = _host.read_text(self.unit_path)
-        current_binary = _host.read_text(p['bundled_path'])
+        current_unit = _host.read_root_text(self.unit_path)
+        current_binary = _host.read_root_text(p['bundled_path'])
         running = self.service.is_running()
         uid = self.pw.pw_uid if self.pw else None
         current = {
@@ -351,7 +351,7 @@ class Deployer(object):
     # ---- absent -----------------------------------------------------------------
     def absent(self):
         p = self.params
-        unit = _host.read_text(self.unit_path)
+        unit = _host.read_root_text(self.unit_path)
         self.pw = _lookup(pwd.getpwnam, p['user'])
         self.state_dir = self.state_dir_of(self.pw.pw_uid) if self.pw else None
         current = {
@@ -410,7 +410,7 @@ class Deployer(object):
     def stopped(self):
         """Stop the daemon for maintenance; the definition, its start at boot and the state file stay."""
         p = self.params
-        unit = _host.read_text(self.unit_path)
+        unit = _host.read_root_text(self.unit_path)
         running = self.service.is_running()
         pid = self.service.pid()
         current = {'unit': unit, 'running': running}

@@ -43,7 +43,7 @@ def run_persistenced(sandbox, state_file, extra_mounts=(), after="", **args):
     module_args.update(args)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, dir=sandbox) as handle:
         json.dump({"ANSIBLE_MODULE_ARGS": module_args}, handle)
-    mounts = " && ".join("{ [ ! -d %s ] || mount -t tmpfs gfsec %s; }" % (d, d)
+    mounts = " && ".join("{ [ ! -d %s ] || mount -t tmpfs -o mode=0755 gfsec %s; }" % (d, d)
                          for d in SCRATCH + list(extra_mounts))
     script = ('%s && "$@" > "$OUT" 2>&1; %s' % (mounts, after or "true"))
     out = handle.name + ".out"
