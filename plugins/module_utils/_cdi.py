@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import Doc
 SPEC_DIRS = ('/etc/cdi', '/var/run/cdi', '/run/cdi')
 # What NVIDIA's nvidia-cdi-refresh.service writes (its Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH).
 DEFAULT_SPEC_PATH = '/var/run/cdi/nvidia.yaml'
+
 # The CDI library reads only these; nvidia-ctk adds ``.yaml`` to any other name. JSON is valid YAML: the CDI
 # library reads a ``.yaml`` file holding JSON text.
 SPEC_EXTENSIONS = {'.json': 'json', '.yaml': 'yaml'}

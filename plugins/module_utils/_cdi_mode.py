@@ -28,6 +28,7 @@ __metaclass__ = type
 import copy
 import re
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
 
@@ -64,18 +65,10 @@ def mode_of(values, default):
     return value if isinstance(value, str) and value else default
 
 
-def same_dir(left, right):
-    """``/run/...`` and ``/var/run/...`` name one directory on the hosts we support."""
-    def norm(path):
-        path = '/' + path.strip('/')
-        return path[len('/var'):] if path.startswith('/var/run/') or path == '/var/run' else path
-    return norm(left) == norm(right)
-
-
 def spec_dir_problem(values, defaults, spec_dir, path):
     """Why the runtime in cdi mode would not read the spec in ``spec_dir`` (None when it would)."""
     dirs = get(values, SPEC_DIRS, get(defaults, SPEC_DIRS, []))
-    if not isinstance(dirs, list) or not any(isinstance(d, str) and same_dir(d, spec_dir) for d in dirs):
+    if not isinstance(dirs, list) or _cdi_dirs.missing_directories(dirs, [spec_dir]):
         return ('%s: in cdi mode NVIDIA\'s runtime reads CDI specs from %s (nvidia-container-runtime.modes.cdi.'
                 'spec-dirs), not from %s where the spec is written; add %s there or write the spec into one of '
                 'them. Nothing was changed.' % (path, dirs, spec_dir, spec_dir))

@@ -40,6 +40,7 @@ import copy
 import posixpath
 import re
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
@@ -559,25 +560,6 @@ def cdi_state(values, schema):
     return {'enabled': cri.get('enable_cdi') is True, 'spec_dirs': list(cri.get('cdi_spec_dirs') or [])}
 
 
-def same_directory(path):
-    """A CDI directory as compared: normalised, ``/run`` taken as ``/var/run`` (one directory on a host)."""
-    path = posixpath.normpath(path)
-    if path == '/run' or path.startswith('/run/'):
-        path = '/var' + path
-    return path
-
-
-def missing_dirs(have, wanted):
-    """The directories of ``wanted`` that the list ``have`` does not read (``same_directory``), in order, once."""
-    known = set(same_directory(item) for item in have if isinstance(item, str))
-    found = []
-    for item in wanted:
-        if same_directory(item) not in known:
-            known.add(same_directory(item))
-            found.append(item)
-    return found
-
-
 def check_cdi_request(request, path, before, dschema, version_text):
     """``cdi: true`` needs a containerd with CDI and absolute directories: the refusal, with the file untouched."""
     if request.state != 'present' or not request.cdi:
@@ -598,7 +580,7 @@ def cdi_wanted(before, dschema, wanted_dirs):
     want = {}
     if not state['enabled']:
         want['enable_cdi'] = True
-    missing = missing_dirs(state['spec_dirs'], wanted_dirs)
+    missing = _cdi_dirs.missing_directories(state['spec_dirs'], wanted_dirs)
     if missing:
         want['cdi_spec_dirs'] = state['spec_dirs'] + missing
     return want
@@ -673,7 +655,7 @@ def plan_cdi(config, request, schema, before, dschema, splice, indent, changes, 
         value = want[key]
         if key == 'cdi_spec_dirs' and entry is not None:
             have = get(config.values, schema.cri + (key,))
-            value = (have if isinstance(have, list) else []) + missing_dirs(have or [], request.cdi_spec_dirs)
+            value = (have if isinstance(have, list) else []) + _cdi_dirs.missing_directories(have or [], request.cdi_spec_dirs)
         text = ts.scalar(value)
         if entry is not None and not config.in_block(entry.start):
             previous = set_in_place(config, entry, text, splice)
@@ -970,7 +952,7 @@ def compare_effective(before, after, request, schema, want_default, want_runtime
         if state['enabled'] is not True:
             problems.append('enable_cdi is %s, not true' % ts.scalar(state['enabled']) if state['enabled'] is not None
                             else 'enable_cdi is missing')
-        missing = missing_dirs(state['spec_dirs'], request.cdi_spec_dirs)
+        missing = _cdi_dirs.missing_directories(state['spec_dirs'], request.cdi_spec_dirs)
         if missing:
             problems.append('cdi_spec_dirs %s lacks %s' % (ts.scalar(state['spec_dirs']), ', '.join(missing)))
     runtime = get(after, schema.runtime(request.name))

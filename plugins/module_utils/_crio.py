@@ -37,6 +37,7 @@ import copy
 import posixpath
 import re
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
@@ -406,15 +407,6 @@ def plan_present(sources, request, version=None):
     return Plan(text, changes, warnings, before, after, table, cdi_dirs)
 
 
-def cdi_dir_key(path):
-    """The key under which two spellings of one directory compare equal: normalised, ``/var/run/...`` as
-    ``/run/...`` (``/var/run`` is a link to ``/run`` on the systems CRI-O runs on)."""
-    path = posixpath.normpath(path)
-    if path == '/var/run' or path.startswith('/var/run/'):
-        path = path[len('/var'):]
-    return path
-
-
 def checked_cdi_dirs(values, origin):
     """``values`` (a ``cdi_spec_dirs`` value) as a list of paths; refused when CRI-O could not decode it."""
     if not isinstance(values, list) or not all(isinstance(item, str) for item in values):
@@ -446,12 +438,7 @@ def desired_cdi(ours, base, request, version, warnings):
         warnings.append('CRI-O %s has no CDI support (cdi_spec_dirs is read from 1.24 on); upgrade CRI-O to use the '
                         'CDI spec.' % '.'.join(str(part) for part in version))
     theirs = effective_cdi_dirs(base)
-    known = set(cdi_dir_key(path) for path in theirs)
-    added = []
-    for path in request.cdi_spec_dirs or []:
-        if cdi_dir_key(path) not in known:
-            known.add(cdi_dir_key(path))
-            added.append(path)
+    added = _cdi_dirs.missing_directories(theirs, request.cdi_spec_dirs or [])
     return (theirs + added if added else None), added
 
 

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
@@ -168,7 +169,7 @@ def test_on_2x_cdi_is_on_by_default_and_nothing_is_written(version):
     (['/etc/cdi', '/var/run/cdi'], []), (['/run/cdi'], []), (['/var/run/cdi/'], []), (['/etc/cdi/../cdi'], []),
     (['/opt/cdi', '/opt/cdi', '/run/cdi'], ['/opt/cdi']), ([], [])])
 def test_run_cdi_is_var_run_cdi_and_a_list_that_reads_every_directory_is_left_alone(dirs, missing):
-    assert cd.missing_dirs(DIRS, dirs) == missing
+    assert _cdi_dirs.missing_directories(DIRS, dirs) == missing
     plan = planned(planned(DEFAULT_17).text, cdi=True, cdi_spec_dirs=dirs)
     assert ('cdi_spec_dirs' in plan.cdi_keys) == bool(missing)
 

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply as apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
@@ -67,8 +68,8 @@ def test_the_built_in_list_when_no_file_sets_it():
 @pytest.mark.parametrize('one, other', [('/run/cdi', '/var/run/cdi'), ('/var/run/cdi/', '/run/cdi'),
                                         ('/etc/cdi/', '/etc//cdi')])
 def test_spellings_of_one_directory_are_one(one, other):
-    assert cr.cdi_dir_key(one) == cr.cdi_dir_key(other)
-    assert cr.cdi_dir_key('/var/runx/cdi') != cr.cdi_dir_key('/runx/cdi')
+    assert _cdi_dirs.directory_key(one) == _cdi_dirs.directory_key(other)
+    assert _cdi_dirs.directory_key('/var/runx/cdi') != _cdi_dirs.directory_key('/runx/cdi')
 
 
 # ---- the drop-in ------------------------------------------------------------------------------

@@ -35,12 +35,13 @@ BOTTOM = {
     '_engine_names': set(),
     '_init_files': set(),
     '_compile_once': set(),
+    '_cdi_dirs': set(),
 }
 
 # Pure rules (text in, text and findings out): what each may import of ours, and no host access at all.
 PURE = {
-    '_containerd': {'_errors', '_tomli', '_toml_splice'},
-    '_crio': {'_errors', '_options', '_tomli', '_toml_splice'},
+    '_containerd': {'_cdi_dirs', '_errors', '_tomli', '_toml_splice'},
+    '_crio': {'_cdi_dirs', '_errors', '_options', '_tomli', '_toml_splice'},
     '_verify': set(),
     '_toolkit': {'_errors'},
     '_cdi': {'_errors'},
