@@ -15,6 +15,10 @@ __metaclass__ = type
 
 import posixpath
 
+# The engines' own default spec directories (containerd's and CRI-O's cdi_spec_dirs, dockerd's, podman's, NVIDIA's
+# runtime's spec-dirs): the directories every engine module makes sure it reads with cdi=true.
+DEFAULT_DIRS = ('/etc/cdi', '/var/run/cdi')
+
 
 def directory_key(path):
     """The key under which two spellings of one CDI spec directory compare equal: normalised, ``/var/run/...`` as

@@ -32,6 +32,7 @@ import os
 import re
 import time
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify
@@ -51,7 +52,7 @@ SPEC = dict(
     runtime_path=dict(type='str', default='/usr/bin/nvidia-container-runtime'),
     default_runtime=dict(type='bool'),
     cdi=dict(type='bool'),
-    cdi_spec_dirs=dict(type='list', elements='str', default=['/etc/cdi', '/var/run/cdi']),
+    cdi_spec_dirs=dict(type='list', elements='str', default=list(_cdi_dirs.DEFAULT_DIRS)),
     take_over=dict(type='bool', default=False),
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),

@@ -34,7 +34,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-import posixpath
 import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
@@ -50,7 +49,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 RUNTIME_PACKAGE = 'nvidia-container-toolkit'
 CDI_SPEC_DIRS = ('crio', 'runtime', 'cdi_spec_dirs')
 # CRI-O's built-in cdi_spec_dirs (pkg/config/config.go: cdi.DefaultSpecDirs of container-device-interface).
-CDI_DEFAULT_DIRS = ('/etc/cdi', '/var/run/cdi')
+CDI_DEFAULT_DIRS = _cdi_dirs.DEFAULT_DIRS
 # The first CRI-O with CDI (cdi_spec_dirs, cri-o/cri-o a0d3fd8 "config,cli: add configuration for CDI.").
 CDI_FROM = (1, 24, 0)
 MARK = 'gpufleet.nvidia crio_runtime'
