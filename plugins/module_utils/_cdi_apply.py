@@ -204,21 +204,20 @@ class CdiRun(object):
             defaults = _cdi_mode.loads(defaults_text, '`nvidia-ctk config default`')
             default_mode = _cdi_mode.mode_of(defaults, _cdi_mode.NVIDIA_DEFAULT_MODE)
             before_values = _cdi_mode.loads(current, p.runtime_config) if current is not None else defaults
-            before = _cdi_mode.mode_of(before_values, default_mode)
+            before = after = _cdi_mode.mode_of(before_values, default_mode)
             new = current
             if p.state == 'present':
-                new = _cdi_mode.set_mode(current if current is not None else defaults_text, p.runtime_config,
-                                         p.runtime_mode)
-                if p.runtime_mode == 'cdi':
-                    problem = _cdi_mode.spec_dir_problem(_cdi_mode.loads(new, p.runtime_config), defaults,
-                                                         os.path.dirname(p.path), p.runtime_config)
-                    if problem:
-                        self.fail(problem)
+                new, after = _cdi_mode.set_mode(current if current is not None else defaults_text, p.runtime_config,
+                                                p.runtime_mode), p.runtime_mode
+                # The spec directories the runtime reads: what set_mode left, as it was before (only the mode differs).
+                problem = p.runtime_mode == 'cdi' and _cdi_mode.spec_dir_problem(
+                    before_values, defaults, os.path.dirname(p.path), p.runtime_config)
+                if problem:
+                    self.fail(problem)
             elif current is not None and before == p.runtime_mode and before != default_mode:
-                new = _cdi_mode.set_mode(current, p.runtime_config, default_mode)
+                new, after = _cdi_mode.set_mode(current, p.runtime_config, default_mode), default_mode
         except GpufleetError as exc:
             self.fail(str(exc))
-        after = _cdi_mode.mode_of(_cdi_mode.loads(new, p.runtime_config), default_mode) if new is not None else before
         self.result['runtime_mode'] = {'path': p.runtime_config, 'before': before, 'after': after}
         return (['write_runtime_config'] if new != current else []), real, current, new
 

@@ -36,7 +36,6 @@ DEFAULT_CONFIG = '/etc/nvidia-container-runtime/config.toml'
 TABLE = ('nvidia-container-runtime',)
 KEY = TABLE + ('mode',)
 SPEC_DIRS = TABLE + ('modes', 'cdi', 'spec-dirs')
-KIND = TABLE + ('modes', 'cdi', 'default-kind')
 MAX_CONFIG_BYTES = 1024 * 1024
 # What `nvidia-ctk config default` says (1.14 to 1.20); read from nvidia-ctk whenever it is installed.
 NVIDIA_DEFAULT_MODE = 'auto'

@@ -166,16 +166,7 @@ def cri_disabled(values):
 
 def loads(text, path):
     """The values of TOML ``text``; a DocumentError (the file untouched) when it is not valid TOML."""
-    try:
-        values = _tomli.loads(text)
-    except _tomli.TOMLDecodeError as exc:
-        raise DocumentError('%s: not valid TOML (%s); containerd would refuse it too. The file was left untouched.'
-                            % (path, exc))
-    except ValueError as exc:
-        raise DocumentError('%s: not valid TOML (%s). The file was left untouched.' % (path, exc))
-    except RecursionError:
-        raise ts.too_deep(path)
-    return ts.check_depth(values, path)
+    return ts.parse(text, path, 'containerd would refuse it too. The file was left untouched.')
 
 
 get = ts.get
@@ -602,11 +593,6 @@ def cdi_block_lines(schema, indent, values):
         return []
     return ['[%s]' % ts.dotted(schema.cri)] + ['%s%s = %s' % (indent, key, ts.scalar(values[key]))
                                                for key in CDI_KEYS if key in values]
-
-
-def ours(config, entry):
-    """Whether this module wrote ``entry``: in its block, or behind one of its markers."""
-    return entry is not None and (config.in_block(entry.start) or marker_before(config, entry) is not None)
 
 
 def undo_cdi(config, schema, splice, changes):

@@ -38,7 +38,6 @@ import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._options import Options
 
@@ -109,16 +108,7 @@ def walk_order(paths):
 
 def loads(text, path):
     """The values of TOML ``text``; a DocumentError (nothing changed) when it is not valid TOML."""
-    try:
-        values = _tomli.loads(text)
-    except _tomli.TOMLDecodeError as exc:
-        raise DocumentError('%s: not valid TOML (%s); CRI-O would refuse to start with it. Nothing was changed.'
-                            % (path, exc))
-    except ValueError as exc:
-        raise DocumentError('%s: not valid TOML (%s). Nothing was changed.' % (path, exc))
-    except RecursionError:
-        raise ts.too_deep(path)
-    return ts.check_depth(values, path)
+    return ts.parse(text, path, 'CRI-O would refuse to start with it. Nothing was changed.')
 
 
 get = ts.get

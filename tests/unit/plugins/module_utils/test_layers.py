@@ -41,7 +41,7 @@ BOTTOM = {
 # Pure rules (text in, text and findings out): what each may import of ours, and no host access at all.
 PURE = {
     '_containerd': {'_cdi_dirs', '_errors', '_tomli', '_toml_splice'},
-    '_crio': {'_cdi_dirs', '_errors', '_options', '_tomli', '_toml_splice'},
+    '_crio': {'_cdi_dirs', '_errors', '_options', '_toml_splice'},
     '_verify': set(),
     '_toolkit': {'_errors'},
     '_cdi': {'_errors'},
