@@ -7,16 +7,19 @@ This module is PRIVATE to the gpufleet.nvidia collection: its API may change at 
 
 Both the concern modules' actions (each role calls its module with ``role_vars: true``, ``_role_action``) and
 ``node_state``'s (``roles/gpu_node/tasks/evaluate.yml``) build the options here, on the controller, from the roles'
-variables, so node_state judges exactly what the role applies. Before this table, every role's task and
-``evaluate.yml`` wrote the mapping out as templates, compiled anew for every host.
+variables, so node_state judges exactly what the role applies.
 
-Each entry: ``(option, variable, when)``, ``when`` one of
+The table is derived, not written per option: every option of a concern module's argument spec is the role variable
+``PREFIX[concern]`` + its name, except the options ``MODULE_ONLY`` keeps from the roles and the names ``NAMES``
+gives, and passed unless it is null (``SET``: the module's own default then applies) except where ``WHEN`` says:
 
-- ``ALWAYS``: the option is the variable's value;
-- ``SET``: left out when the variable is null (the module's own default then applies);
 - ``TRUTHY``: left out when the variable is empty, false or null;
 - ``(WITHOUT, other)``: left out when the variable ``other`` is set (not empty): ``gpu_persistence_modes``
   replaces ``gpu_persistence_gpus`` and ``gpu_persistence_mode``.
+
+The modules' option names come from ``_role_table`` (written by ``scripts/sync-roles``, which also gives each role
+an argument spec entry and a default for a variable it lacks), so that adding an option to a module touches its
+documentation, its argument spec and the code that uses it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -30,84 +33,61 @@ from ansible.module_utils.common.yaml import yaml_load
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._results import CONCERNS, ENGINES
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_table import MODULE_OPTIONS
 
-ALWAYS, SET, TRUTHY, WITHOUT = 'always', 'set', 'truthy', 'without'
+SET, TRUTHY, WITHOUT = 'set', 'truthy', 'without'
 
-# The container engines' options they share: the same role variable for every engine.
-_RUNTIME = (('name', 'container_runtime_name', ALWAYS),
-            ('runtime_path', 'container_runtime_path', SET),
-            ('default_runtime', 'container_runtime_default', SET))
-# CDI in containerd and CRI-O (dockerd has cdi alone: it reads its own default directories).
-_CDI = (('cdi', 'container_runtime_cdi', SET),
-        ('cdi_spec_dirs', 'container_runtime_cdi_spec_dirs', ALWAYS))
-_APPLY = (('state', 'container_runtime_state', ALWAYS),
-          ('backup', 'container_runtime_backup', ALWAYS),
-          ('apply', 'container_runtime_apply', ALWAYS))
-_VERIFY = (('verify', 'container_runtime_verify', ALWAYS),
-           ('verify_image', 'container_runtime_verify_image', ALWAYS),
-           ('verify_devices', 'container_runtime_verify_devices', ALWAYS))
+# The derivation's rules (the module's docstring): an option added to a concern's module reaches its role with no
+# line here.
+PREFIX = {'device_links': 'gpu_node_device_links_', 'persistenced': 'persistenced_',
+          'gpu_persistence': 'gpu_persistence_', 'container_toolkit': 'container_toolkit_', 'cdi': 'gpu_node_cdi_'}
+# Every engine reads container_runtime_<option>: an option two engines share has one role variable.
+PREFIX.update((engine, 'container_runtime_') for engine in ENGINES)
 
-OPTIONS = {
-    'device_links': (
-        ('boot', 'gpu_node_device_links_boot', ALWAYS),),
-    'persistenced': (
-        ('state', 'persistenced_state', ALWAYS),
-        ('daemon', 'persistenced_daemon', ALWAYS),
-        ('driver_path', 'persistenced_driver_path', ALWAYS),
-        ('bundled_path', 'persistenced_bundled_path', ALWAYS),
-        ('init_system', 'persistenced_init_system', ALWAYS),
-        ('service_name', 'persistenced_service_name', ALWAYS),
-        ('user', 'persistenced_user', ALWAYS),
-        ('group', 'persistenced_group', TRUTHY),
-        ('create_user', 'persistenced_create_user', ALWAYS),
-        ('allow_other_primary_group', 'persistenced_allow_other_primary_group', ALWAYS),
-        ('persistence_mode', 'persistenced_persistence_mode', ALWAYS),
-        ('uvm_persistence_mode', 'persistenced_uvm_persistence_mode', SET),
-        ('verbose', 'persistenced_verbose', ALWAYS),
-        ('nvidia_cfg_path', 'persistenced_nvidia_cfg_path', TRUTHY),
-        ('extra_args', 'persistenced_extra_args', ALWAYS),
-        ('state_file', 'persistenced_state_file', ALWAYS),
-        ('backup', 'persistenced_backup', ALWAYS),
-        ('start_timeout', 'persistenced_start_timeout', ALWAYS),
-        ('remove_user', 'persistenced_remove_user', ALWAYS)),
-    'gpu_persistence': (
-        ('gpus', 'gpu_persistence_gpus', (WITHOUT, 'gpu_persistence_modes')),
-        ('mode', 'gpu_persistence_mode', (WITHOUT, 'gpu_persistence_modes')),
-        ('modes', 'gpu_persistence_modes', TRUTHY),
-        ('persist', 'gpu_persistence_persist', ALWAYS),
-        ('state_file', 'gpu_persistence_state_file', ALWAYS),
-        ('backend', 'gpu_persistence_backend', ALWAYS)),
-    'container_toolkit': (
-        ('state', 'container_toolkit_state', ALWAYS),
-        ('version', 'container_toolkit_version', SET),
-        ('packages', 'container_toolkit_packages', ALWAYS),
-        ('repo_url', 'container_toolkit_repo_url', SET),
-        ('repo_suite', 'container_toolkit_repo_suite', ALWAYS),
-        ('repo_components', 'container_toolkit_repo_components', ALWAYS),
-        ('repo_key', 'container_toolkit_repo_key', SET),
-        ('hold', 'container_toolkit_hold', ALWAYS)),
-    'cdi': (
-        ('state', 'gpu_node_cdi_state', ALWAYS),
-        ('path', 'gpu_node_cdi_path', ALWAYS),
-        ('boot', 'gpu_node_cdi_boot', ALWAYS),
-        ('runtime_mode', 'gpu_node_cdi_runtime_mode', SET)),
-    'containerd': (('path', 'container_runtime_containerd_config', ALWAYS),) + _RUNTIME + _CDI + (
-        ('take_over', 'container_runtime_containerd_take_over', ALWAYS),) + _APPLY + (
-        ('service_name', 'container_runtime_containerd_service_name', ALWAYS),
-        ('apply_timeout', 'container_runtime_timeout', ALWAYS)) + _VERIFY,
-    'crio': (
-        ('path', 'container_runtime_crio_dropin', ALWAYS),
-        ('config_path', 'container_runtime_crio_config', ALWAYS),
-        ('config_dir', 'container_runtime_crio_config_dir', ALWAYS)) + _RUNTIME + _CDI + _APPLY + (
-        ('service_name', 'container_runtime_crio_service_name', ALWAYS),
-        ('apply_timeout', 'container_runtime_timeout', ALWAYS)),
-    'docker': (('path', 'container_runtime_daemon_json', ALWAYS),) + _RUNTIME + (
-        ('runtime_args', 'container_runtime_args', ALWAYS),
-        ('cdi', 'container_runtime_cdi', SET)) + _APPLY + (
-        ('docker_host', 'container_runtime_docker_host', ALWAYS),
-        ('service_name', 'container_runtime_service_name', ALWAYS),
-        ('apply_timeout', 'container_runtime_timeout', ALWAYS)) + _VERIFY,
+# Options the roles do not expose: test hooks, values the action or gpu_node gives, knobs left to the module.
+MODULE_ONLY = {
+    'device_links': ('dev_root', 'docker_host', 'init_system', 'report_containers', 'state'),
+    'persistenced': ('bundled_source',),
+    'gpu_persistence': ('service_user', 'socket_path', 'timeout'),
+    'cdi': ('boot_unit', 'device_name_strategy', 'init_system', 'nvidia_ctk', 'runtime_config'),
 }
+
+# Role variables not named PREFIX + option (names older than the rule, kept for the users who set them).
+NAMES = {
+    ('containerd', 'path'): 'container_runtime_containerd_config',
+    ('containerd', 'take_over'): 'container_runtime_containerd_take_over',
+    ('containerd', 'service_name'): 'container_runtime_containerd_service_name',
+    ('crio', 'path'): 'container_runtime_crio_dropin',
+    ('crio', 'config_path'): 'container_runtime_crio_config',
+    ('crio', 'config_dir'): 'container_runtime_crio_config_dir',
+    ('crio', 'service_name'): 'container_runtime_crio_service_name',
+    ('docker', 'path'): 'container_runtime_daemon_json',
+    ('docker', 'runtime_args'): 'container_runtime_args',
+}
+NAMES.update(((engine, option), variable) for engine in ENGINES for option, variable in (
+    ('runtime_path', 'container_runtime_path'), ('default_runtime', 'container_runtime_default'),
+    ('apply_timeout', 'container_runtime_timeout')))
+
+# Options not passed whenever they are not null (the module's docstring says what each kind does).
+WHEN = {
+    ('persistenced', 'group'): TRUTHY,
+    ('persistenced', 'nvidia_cfg_path'): TRUTHY,
+    ('gpu_persistence', 'gpus'): (WITHOUT, 'gpu_persistence_modes'),
+    ('gpu_persistence', 'mode'): (WITHOUT, 'gpu_persistence_modes'),
+    ('gpu_persistence', 'modes'): TRUTHY,
+}
+
+
+def rows(concern, module_options):
+    """The table's rows for ``concern`` whose module has the options ``module_options``: ``(option, role variable,
+    when)`` for each option the role gives."""
+    skipped = MODULE_ONLY.get(concern, ())
+    return tuple((option, NAMES.get((concern, option), PREFIX[concern] + option), WHEN.get((concern, option), SET))
+                 for option in module_options if option not in skipped)
+
+
+# Each concern: its module's options the roles give, as (option, role variable, when).
+OPTIONS = dict((concern, rows(concern, MODULE_OPTIONS[concern])) for concern in CONCERNS)
 
 # gpu_node's switch for each concern (a boolean role variable); every engine has the container runtime's.
 SWITCHES = {'device_links': 'gpu_node_device_links', 'persistenced': 'gpu_node_persistenced',
@@ -156,8 +136,6 @@ def resolver(templar, variables, templated=None):
 def _kept(value, when, resolve):
     if value is OMITTED:
         return False
-    if when == ALWAYS:
-        return True
     if when == SET:
         return value is not None
     if when == TRUTHY:

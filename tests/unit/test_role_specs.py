@@ -7,10 +7,17 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import shutil
+import subprocess
+import sys
 from importlib.machinery import SourceFileLoader
 from importlib.util import module_from_spec, spec_from_loader
 
+import pytest
 import yaml
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options, _role_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The roles gpu_node imports, in its order (the toolkit's packages before any runtime registration).
@@ -22,23 +29,131 @@ def load(role, entry='main'):
         return yaml.safe_load(handle)['argument_specs'][entry]
 
 
-def test_gpu_node_spec_matches_its_generator():
-    loader = SourceFileLoader('sync_gpu_node_spec', os.path.join(ROOT, 'scripts', 'sync-gpu-node-spec'))
-    module = module_from_spec(spec_from_loader('sync_gpu_node_spec', loader))
+def generator():
+    loader = SourceFileLoader('sync_roles', os.path.join(ROOT, 'scripts', 'sync-roles'))
+    module = module_from_spec(spec_from_loader('sync_roles', loader))
     loader.exec_module(module)
+    return module
+
+
+def test_the_generated_files_are_up_to_date():
+    module = generator()
+    files = module.planned()
+    assert sorted(files) == sorted([
+        'plugins/plugin_utils/_role_table.py', 'roles/gpu_node/defaults/main.yml',
+        'roles/gpu_node/meta/argument_specs.yml'] + ['roles/%s/%s' % (role, name) for role in INNER
+                                                     for name in ('defaults/main.yml', 'meta/argument_specs.yml')])
+    assert module.stale(files) == [], 'run .venv/bin/python scripts/sync-roles'
     built = module.build()['argument_specs']
     assert sorted(built) == ['evaluate', 'main']
     for entry in built:
-        assert load('gpu_node', entry) == built[entry], 'run scripts/sync-gpu-node-spec'
-    with open(os.path.join(ROOT, 'roles', 'gpu_node', 'meta', 'argument_specs.yml')) as handle:
-        assert handle.read() == module.render(), 'run scripts/sync-gpu-node-spec'
+        assert load('gpu_node', entry) == built[entry], 'run .venv/bin/python scripts/sync-roles'
+
+
+def test_the_table_knows_every_option_of_every_module():
+    # the option names the controller derives the table from are the modules' argument specs, in their order
+    assert _role_table.MODULE_OPTIONS == dict((name, tuple(concern.spec)) for name, concern in _concerns.CONCERNS.items())
+
+
+def module_options(module):
+    return generator().module_doc(module)
+
+
+def test_each_role_variable_has_its_options_type():
+    # a role variable is checked by the role's spec as its modules check the option: the same type and elements,
+    # and the choices every engine sharing it has (container_runtime_apply's reload is dockerd's)
+    specs = {}
+    for role in INNER + ('gpu_node',):
+        specs.update(load(role)['options'])
+    given = {}
+    for concern, rows in _role_options.OPTIONS.items():
+        docs = module_options(_concerns.CONCERNS[concern].module)
+        for option, variable, unused in rows:
+            given.setdefault(variable, []).append(docs[option])
+    for variable, docs in given.items():
+        for doc in docs:
+            assert (specs[variable].get('type'), specs[variable].get('elements')) == (doc.get('type'), doc.get('elements')), variable
+        choices = set()
+        for doc in docs:
+            choices.update(doc.get('choices') or ())
+        assert set(specs[variable].get('choices') or ()) == choices, variable
+    assert len(given) > 60 and sum(len(docs) > 1 for docs in given.values()) >= 10
+
+
+def test_a_role_default_of_null_is_the_modules_default():
+    # null leaves the option out (SET), so the module's default applies: a role default may be null only where that
+    # is what the role's documentation says its null means (each engine's own runtime path), or the module's own
+    defaults = {}
+    for role in INNER + ('gpu_node',):
+        with open(os.path.join(ROOT, 'roles', role, 'defaults', 'main.yml')) as handle:
+            defaults.update(yaml.safe_load(handle))
+    for concern, rows in _role_options.OPTIONS.items():
+        spec = _concerns.CONCERNS[concern].spec
+        for option, variable, when in rows:
+            if defaults[variable] is None and spec[option].get('default') is not None:
+                assert (option, when) == ('runtime_path', _role_options.SET), (concern, option)
+
+
+@pytest.fixture(scope='module')
+def added(tmp_path_factory):
+    """A copy of the collection's files where crio_runtime got one new option, ``frobnicate``, in its documentation
+    and its argument spec only, after scripts/sync-roles ran there."""
+    top = tmp_path_factory.mktemp('sync') / 'tree'
+    for folder in ('plugins', 'roles', 'scripts'):
+        shutil.copytree(os.path.join(ROOT, folder), str(top / folder), symlinks=True)
+    module = top / 'plugins' / 'modules' / 'crio_runtime.py'
+    text = module.read_text()
+    assert '\noptions:\n' in text
+    module.write_text(text.replace('\noptions:\n', '\noptions:\n  frobnicate:\n    description: Frobnicate the drop-in.\n'
+                                   '    type: list\n    elements: str\n    choices: [a, b]\n    default: [a]\n', 1))
+    spec = top / 'plugins' / 'module_utils' / '_crio.py'
+    text = spec.read_text()
+    assert 'SPEC = dict(\n' in text
+    spec.write_text(text.replace('SPEC = dict(\n', "SPEC = dict(\n    frobnicate=dict(type='list', elements='str', "
+                                 "choices=['a', 'b'], default=['a']),\n", 1))
+    run = subprocess.run([sys.executable, str(top / 'scripts' / 'sync-roles')], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True)
+    assert run.returncode == 0, run.stdout
+    again = subprocess.run([sys.executable, str(top / 'scripts' / 'sync-roles'), '--check'], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, universal_newlines=True)
+    return top, run.stdout, again
+
+
+def test_an_option_added_to_a_module_reaches_its_role(added):
+    top, printed, again = added
+    # the files the script wrote: the table's names, the role's spec and default, gpu_node's spec
+    assert sorted(printed.split()) == sorted(['wrote'] * 4 + [
+        'plugins/plugin_utils/_role_table.py', 'roles/container_runtime/meta/argument_specs.yml',
+        'roles/container_runtime/defaults/main.yml', 'roles/gpu_node/meta/argument_specs.yml'])
+    assert again.returncode == 0 and again.stdout == ''
+    with open(str(top / 'roles' / 'container_runtime' / 'meta' / 'argument_specs.yml')) as handle:
+        entry = yaml.safe_load(handle)['argument_specs']['main']['options']['container_runtime_frobnicate']
+    assert entry == {'description': ['Frobnicate the drop-in.', "The role passes it as M(gpufleet.nvidia.crio_runtime)'s "
+                                     'O(gpufleet.nvidia.crio_runtime#module:frobnicate).'],
+                     'type': 'list', 'elements': 'str', 'choices': ['a', 'b'], 'default': ['a']}
+    with open(str(top / 'roles' / 'container_runtime' / 'defaults' / 'main.yml')) as handle:
+        assert yaml.safe_load(handle)['container_runtime_frobnicate'] == ['a']
+    with open(str(top / 'roles' / 'gpu_node' / 'meta' / 'argument_specs.yml')) as handle:
+        specs = yaml.safe_load(handle)['argument_specs']
+    assert specs['main']['options']['container_runtime_frobnicate'] == entry
+    assert specs['evaluate']['options']['container_runtime_frobnicate'] == entry
+    # and the table of the copy maps it: the role variable to crio's new option, for crio only
+    probe = ('import sys; sys.path.insert(0, sys.argv[1]); '
+             'from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options as r; '
+             'print(sorted((c, o, v, w) for c, rows in r.OPTIONS.items() for o, v, w in rows if o == "frobnicate"))')
+    link = top.parent / 'collections' / 'ansible_collections' / 'gpufleet'
+    link.mkdir(parents=True)
+    (link / 'nvidia').symlink_to(top)
+    out = subprocess.run([sys.executable, '-c', probe, str(top.parent / 'collections')], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True, env=dict(os.environ, PYTHONPATH=''))
+    assert out.stdout.strip() == "[('crio', 'frobnicate', 'container_runtime_frobnicate', 'set')]", out.stdout
 
 
 def test_every_inner_option_is_validated_by_gpu_node():
     node = load('gpu_node')['options']
     for role in INNER:
         for name, option in load(role)['options'].items():
-            assert node.get(name) == option, '%s.%s differs in gpu_node; run scripts/sync-gpu-node-spec' % (role, name)
+            assert node.get(name) == option, '%s.%s differs in gpu_node; run .venv/bin/python scripts/sync-roles' % (role, name)
     with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'concerns.yml')) as handle:
         tasks = yaml.safe_load(handle)
     imports = [t['ansible.builtin.import_role'] for t in tasks if 'ansible.builtin.import_role' in t]
