@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import subprocess
+import sys
 
 import pynvml
 import pytest
@@ -169,6 +171,27 @@ def test_choose_backend_without_daemon_needs_pynvml(tmp_path):
         _gpu.choose_backend('rpc', str(tmp_path / 'socket'), 1.0, no_pynvml)
     backend, answers = _gpu.choose_backend('auto', str(tmp_path / 'socket'), 1.0, lambda: pynvml)
     assert backend.name == 'nvml' and answers is False
+
+
+def test_pynvml_is_imported_only_when_nvml_is_needed(monkeypatch):
+    # a fresh interpreter: node_state (which imports _gpu) runs without importing pynvml
+    probe = ('import sys\nfrom ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state, _gpu\n'
+             'print("pynvml" in sys.modules)\n_gpu.load_pynvml()\nprint("pynvml" in sys.modules)\n')
+    out = subprocess.run([sys.executable, '-c', probe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.stdout.split() == ['False', 'True'], out.stdout
+    # here: the first call imports it and keeps it; a failed import is kept as its traceback and raised again
+    monkeypatch.setattr(_gpu, 'pynvml', None)
+    monkeypatch.setattr(_gpu, 'PYNVML_IMPORT_ERROR', None)
+    assert _gpu.load_pynvml() is pynvml and _gpu.pynvml is pynvml
+    monkeypatch.setattr(_gpu, 'pynvml', None)
+    monkeypatch.setitem(sys.modules, 'pynvml', None)  # what Python does for a module that cannot be imported
+    with pytest.raises(ImportError):
+        _gpu.load_pynvml()
+    assert 'import of pynvml halted' in _gpu.PYNVML_IMPORT_ERROR
+    with pytest.raises(ImportError) as again:
+        _gpu.load_pynvml()
+    assert str(again.value) == _gpu.PYNVML_IMPORT_ERROR
 
 
 def test_open_backend_takes_the_access_options_not_a_module(tmp_path):
