@@ -49,7 +49,7 @@ MODULE_ONLY = {
     'device_links': ('dev_root', 'docker_host', 'init_system', 'report_containers', 'state'),
     'persistenced': ('bundled_source',),
     'gpu_persistence': ('service_user', 'socket_path', 'timeout'),
-    'cdi': ('boot_unit', 'device_name_strategy', 'init_system', 'nvidia_ctk', 'runtime_config'),
+    'cdi': ('boot_unit', 'init_system', 'nvidia_ctk', 'runtime_config'),
 }
 
 # Role variables not named PREFIX + option (names older than the rule, kept for the users who set them).
