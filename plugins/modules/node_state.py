@@ -104,6 +104,18 @@ options:
       - Handled by the action plugin; the module never sees it.
     type: bool
     default: false
+  publish_result:
+    description:
+      - Internal to the C(gpufleet.nvidia.gpu_node) role's C(main) entry point, with O(role_vars=true) only.
+      - Where nothing is to run after this task (RV(run) empty, or C(gpu_node_drift_only)), set the role's public
+        result C(gpu_node_result) as a host variable, at the precedence of M(ansible.builtin.set_fact), so that the
+        role needs no task of its own for it. Its value is the role's own expression, C(gpu_node_state |
+        gpufleet.nvidia.gpu_node_result), over this task's registered result. ansible-core 2.21 and later; on
+        earlier releases the role publishes it in a task.
+      - With V(true) the task must register C(gpu_node_state) and cannot run with C(async).
+      - Handled by the action plugin; the module never sees it.
+    type: bool
+    default: false
   bundled_source:
     description:
       - Internal, set by the action plugin (the collection's copy of the bundled daemon); do not set it.
@@ -240,6 +252,7 @@ def main():
             crio=dict(type='dict'),
             docker=dict(type='dict'),
             role_vars=dict(type='bool', default=False),
+            publish_result=dict(type='bool', default=False),
             bundled_source=dict(type='str', no_log=True),
         ),
         supports_check_mode=True,

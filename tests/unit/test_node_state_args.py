@@ -111,7 +111,8 @@ def variations(concern):
 
 
 def test_every_concern_is_mapped():
-    assert evaluate_task() == {'role_vars': True}
+    # every concern's options from the table; publish_result is main's (tests/unit/test_node_state_publish.py)
+    assert evaluate_task() == {'role_vars': True, 'publish_result': '{{ __gpu_node_main | default(false) }}'}
     options = set(built()) - {'engines'}
     assert sorted(options) == sorted(_role_options.OPTIONS) == sorted(_concerns.CONCERNS) == sorted(TASKS)
 
