@@ -127,4 +127,3 @@ def host_values(hosts, hostvars, name, key=None, missing=None, every=False):
             value = value[key] if isinstance(value, Mapping) and key in value else missing
         found[host] = value
     return found
-
