@@ -33,9 +33,13 @@ def container_runtime_result(engine_list, containerd=None, crio=None, docker=Non
     return _results.runtime_result(engine_list, containerd=containerd, crio=crio, docker=docker, found=found)
 
 
+def host_values(hosts, hostvars, name, key=None, missing=None, every=False):
+    return _results.host_values(hosts, hostvars, name, key=key, missing=missing, every=every)
+
+
 class FilterModule(object):
     def filters(self):
         return {'gpu_node_result': gpu_node_result, 'gpu_node_run': gpu_node_run,
                 'container_runtime_engines': container_runtime_engines,
                 'container_runtime_apply_refused': container_runtime_apply_refused,
-                'container_runtime_result': container_runtime_result}
+                'container_runtime_result': container_runtime_result, 'host_values': host_values}

@@ -129,7 +129,8 @@ def _row(host, state, error):
 
 def drift_report(states, errors=None):
     errors = errors or {}
-    rows = [_row(host, states[host], errors.get(host)) for host in sorted(states)]
+    # a host that failed has no state: its task's registered result (a failed node_state) is not evaluated
+    rows = [_row(host, None if host in errors else states[host], errors.get(host)) for host in sorted(states)]
     counts = {}
     for row in rows:
         counts[row['status']] = counts.get(row['status'], 0) + 1

@@ -13,6 +13,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from collections.abc import Mapping
+
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names import ENGINES
 
 # ENGINES: the container engines, in the order the container_runtime role registers with them (module_utils'
@@ -106,3 +108,22 @@ def node_result(state=None, device_links=None, persistenced=None, gpu_persistenc
     else:
         result['container_runtime'] = None
     return result
+
+
+def host_values(hosts, hostvars, name, key=None, missing=None, every=False):
+    """``{host: value}``: the variable ``name`` of each of ``hosts`` (``hostvars``, Ansible's, or any mapping of host
+    to its variables) where it is defined, with every host (``None`` where it is not) when ``every``. With ``key``,
+    that key of the variable, ``missing`` where the variable is not a mapping or has no such key: what a playbook
+    wrote as a loop over ``hostvars`` with ``default()``."""
+    found = {}
+    for host in hosts:
+        variables = hostvars[host] if host in hostvars else {}
+        if name not in variables:
+            if every:
+                found[host] = None
+            continue
+        value = variables[name]
+        if key is not None:
+            value = value[key] if isinstance(value, Mapping) and key in value else missing
+        found[host] = value
+    return found

@@ -68,6 +68,15 @@ def test_a_host_without_a_result_and_no_error_is_unreachable():
     assert report['hosts'][0]['status'] == 'unreachable'
 
 
+def test_a_host_that_failed_has_its_message_and_no_state():
+    # the registered result of a node_state that failed (drift.yml's rescue then names the host's error) is not read
+    report = drift_report({'h1': CONVERGED, 'h2': DRIFTED}, {'h2': 'node_state: boom'})
+    rows = dict((row['host'], row) for row in report['hosts'])
+    assert rows['h2']['status'] == 'failed' and rows['h2']['errors'] == {'host': 'node_state: boom'}
+    assert rows['h1']['status'] == drift_report({'h1': CONVERGED})['hosts'][0]['status']
+    assert report['counts']['failed'] == 1
+
+
 def test_the_report_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     from ansible_collections.gpufleet.nvidia.plugins.action import drift_report as action
     path = str(tmp_path / 'drift.json')

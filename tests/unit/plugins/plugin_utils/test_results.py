@@ -46,3 +46,23 @@ def test_a_node_with_nothing_evaluated_and_nothing_run_publishes_nulls():
                                           'container_runtime': None}
     # node_state's concerns of the wrong shape are not verdicts.
     assert _results.node_result({'run': [], 'concerns': {'persistenced': 'x'}})['persistenced'] is None
+
+
+def test_host_values_takes_one_variable_of_each_host():
+    hostvars = {'h1': {'gpu_node_result': {'state': 1}}, 'h2': {'other': 1},
+                'h3': {'gpu_node_result': None, '__site_node_error': {'failed': True, 'msg': 'gone'}},
+                'h4': {'__site_node_error': {'failed': True}}, 'h5': {'__site_node_error': 'not a mapping'}}
+    hosts = ['h1', 'h2', 'h3', 'h4', 'h5', 'h6']  # h6: no variables at all (a host Ansible never reached)
+    assert _results.host_values(hosts, hostvars, 'gpu_node_result') == {'h1': {'state': 1}, 'h3': None}
+    assert _results.host_values(hosts, hostvars, 'gpu_node_result', every=True) == {
+        'h1': {'state': 1}, 'h2': None, 'h3': None, 'h4': None, 'h5': None, 'h6': None}
+    # a key of the variable, the fallback where the variable has none or is no mapping (what default() gave)
+    assert _results.host_values(hosts, hostvars, '__site_node_error', 'msg', 'no message') == {
+        'h3': 'gone', 'h4': 'no message', 'h5': 'no message'}
+    # in the order of the hosts given, each once
+    assert list(_results.host_values(['h3', 'h1', 'h3'], hostvars, 'gpu_node_result')) == ['h3', 'h1']
+
+
+def test_the_filter_is_host_values():
+    from ansible_collections.gpufleet.nvidia.plugins.filter.results import FilterModule
+    assert FilterModule().filters()['host_values'](['h1'], {'h1': {'x': {'k': 2}}}, 'x', key='k') == {'h1': 2}
