@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import signal
 
 import pytest
@@ -167,3 +168,25 @@ def test_docker_api_deep_answer_is_an_api_error(tmp_path, body):
     with pytest.raises(DockerAPIError, match='invalid JSON'):
         DockerAPI(socket_path, timeout=5).info()
     thread.join(5)
+
+
+def test_docker_api_answers_and_http_client_is_imported_only_for_a_request(tmp_path):
+    import subprocess
+    import sys
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, DockerAPIError
+    # a fresh interpreter: node_state (every concern's code, _docker_api included) loads without http.client
+    probe = ('import sys\nfrom ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state\n'
+             'print("http.client" in sys.modules)\n')
+    out = subprocess.run([sys.executable, '-c', probe], check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.stdout.split() == ['False'], out.stdout
+    # here: a request works, twice (the connection class is made once), and an absent socket is unreachable
+    socket_path = str(tmp_path / 'docker.sock')
+    for unused in range(2):
+        thread = _serve_once(socket_path, b'{"Runtimes": {"nvidia": {}}, "DefaultRuntime": "runc"}')
+        assert DockerAPI('unix://' + socket_path, timeout=5).info()['Runtimes'] == {'nvidia': {}}
+        thread.join(5)
+        os.unlink(socket_path)
+    with pytest.raises(DockerAPIError) as exc:
+        DockerAPI(str(tmp_path / 'absent.sock'), timeout=5).info()
+    assert exc.value.unreachable is True and 'cannot query dockerd' in str(exc.value)
