@@ -106,12 +106,13 @@ def added(tmp_path_factory):
     text = module.read_text()
     assert '\noptions:\n' in text
     module.write_text(text.replace('\noptions:\n', '\noptions:\n  frobnicate:\n    description: Frobnicate the drop-in.\n'
-                                   '    type: list\n    elements: str\n    choices: [a, b]\n    default: [a]\n', 1))
+                                   '    type: list\n    elements: str\n    choices: [a, b]\n    default: [a]\n'
+                                   '  frobnicate_level:\n    description: How much.\n    type: int\n    default: 3\n', 1))
     spec = top / 'plugins' / 'module_utils' / '_crio.py'
     text = spec.read_text()
     assert 'SPEC = dict(\n' in text
     spec.write_text(text.replace('SPEC = dict(\n', "SPEC = dict(\n    frobnicate=dict(type='list', elements='str', "
-                                 "choices=['a', 'b'], default=['a']),\n", 1))
+                                 "choices=['a', 'b'], default=['a']),\n    frobnicate_level=dict(type='int', default=3),\n", 1))
     run = subprocess.run([sys.executable, str(top / 'scripts' / 'sync-roles')], check=False, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, universal_newlines=True)
     assert run.returncode == 0, run.stdout
@@ -133,7 +134,10 @@ def test_an_option_added_to_a_module_reaches_its_role(added):
                                      'O(gpufleet.nvidia.crio_runtime#module:frobnicate).'],
                      'type': 'list', 'elements': 'str', 'choices': ['a', 'b'], 'default': ['a']}
     with open(str(top / 'roles' / 'container_runtime' / 'defaults' / 'main.yml')) as handle:
-        assert yaml.safe_load(handle)['container_runtime_frobnicate'] == ['a']
+        text = handle.read()
+    assert yaml.safe_load(text)['container_runtime_frobnicate'] == ['a']
+    # each default on one line of its own: a list in flow style, a scalar plainly
+    assert text.endswith('container_runtime_frobnicate: [a]\ncontainer_runtime_frobnicate_level: 3\n'), text[-200:]
     with open(str(top / 'roles' / 'gpu_node' / 'meta' / 'argument_specs.yml')) as handle:
         specs = yaml.safe_load(handle)['argument_specs']
     assert specs['main']['options']['container_runtime_frobnicate'] == entry
