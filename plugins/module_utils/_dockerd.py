@@ -165,9 +165,8 @@ class Dockerd(Service):
         if pid:
             words.extend(_host.process_argv(pid)[1:])
         if self.init_system == 'systemd':
-            rc, out, err = self.run([self.tool('systemctl'), 'show', self.name, '-p', 'ExecStart'])
-            match = re.search(r'argv\[\]=([^;]*)', out or '')
-            if rc == 0 and match:
+            match = re.search(r'argv\[\]=([^;]*)', self.systemd_show().get('ExecStart', ''))
+            if match:
                 words.extend(w for w in match.group(1).split() if not w.startswith('$'))
         for options_file in ('/etc/default/%s' % self.name, '/etc/sysconfig/%s' % self.name):
             words.extend(read_options_file(options_file))

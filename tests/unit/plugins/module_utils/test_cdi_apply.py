@@ -92,8 +92,8 @@ class Host(object):
 
     def run(self, argv, data=None):
         self.commands.append(argv)
-        if argv[1:2] == ['is-enabled']:
-            return (0, 'enabled\n', '') if self.enabled else (1, 'disabled\n', '')
+        if argv[1:2] == ['show']:  # Service.systemd_show: the unit's file state among its properties
+            return 0, 'LoadState=loaded\nUnitFileState=%s\n' % ('enabled' if self.enabled else 'disabled'), ''
         return 0, '', ''
 
     def path(self, path):
@@ -145,7 +145,8 @@ def test_a_converged_host_writes_nothing(host):
     assert result['actions'] == [] and not result['changed'] and result['stale'] == []
     after = host.path(SPEC).stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    assert host.commands[commands:] == [['/bin/systemctl', 'is-enabled', 'gpufleet-cdi-refresh']]
+    assert host.commands[commands:] == [['/bin/systemctl', 'show', '-p', 'LoadState', '-p', 'ActiveState', '-p',
+                                         'UnitFileState', '-p', 'MainPID', '-p', 'ExecStart', 'gpufleet-cdi-refresh']]
 
 
 def test_a_driver_change_or_a_new_gpu_makes_the_spec_stale_and_rewrites_it_alone(host):

@@ -92,7 +92,7 @@ def test_failed_command_message():
 def test_systemd_flags_from_unit_and_defaults(tmp_path, monkeypatch):
     show = ('ExecStart={ path=/usr/sbin/dockerd ; argv[]=/usr/sbin/dockerd -H fd:// '
             '--containerd=/run/containerd/containerd.sock $DOCKER_OPTS ; ignore_errors=no }')
-    run = Recorder({('show', 'docker'): (0, show, '')})
+    run = Recorder({('show', '-p'): (0, 'LoadState=loaded\nMainPID=0\n' + show + '\n', '')})
     service = dockerd.Dockerd(run, 'systemd', TOOLS)
     monkeypatch.setattr(service, 'pid', lambda: None)
     defaults = tmp_path / 'docker'

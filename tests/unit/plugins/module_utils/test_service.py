@@ -127,8 +127,34 @@ def test_systemd_failure_names_the_command_and_its_error():
 
 @pytest.mark.parametrize('answer,enabled', [((0, 'enabled\n', ''), True), ((0, 'static\n', ''), True),
                                             ((1, 'disabled\n', ''), False), ((0, 'masked\n', ''), False)])
-def test_systemd_is_enabled(answer, enabled):
-    assert service('systemd', Host({'systemctl is-enabled nvidia-persistenced': answer})).is_enabled() is enabled
+def test_systemd_is_enabled_asks_is_enabled_where_show_cannot_say(answer, enabled):
+    # a unit generated from a SysV script: only is-enabled reads its rc links (through systemd-sysv-install)
+    host = Host({SHOW: (0, 'LoadState=loaded\nUnitFileState=generated\n', ''),
+                 'systemctl is-enabled nvidia-persistenced': answer})
+    assert service('systemd', host).is_enabled() is enabled
+    # a unit systemd has not loaded (no file state), or systemctl failing: the same
+    for show in ((0, 'LoadState=not-found\nUnitFileState=\n', ''), (1, '', 'Failed to connect to bus')):
+        host = Host({SHOW: show, 'systemctl is-enabled nvidia-persistenced': answer})
+        assert service('systemd', host).is_enabled() is enabled
+
+
+@pytest.mark.parametrize('state, enabled', [('enabled', True), ('enabled-runtime', True), ('static', True),
+                                            ('alias', True), ('disabled', False), ('masked', False),
+                                            ('indirect', False), ('linked', False), ('bad', False)])
+def test_systemd_is_enabled_from_one_show(state, enabled):
+    host = Host({SHOW: (0, 'LoadState=loaded\nActiveState=active\nUnitFileState=%s\nMainPID=9\n' % state, '')})
+    assert service('systemd', host).is_enabled() is enabled
+    assert host.calls == [SHOW]  # is-enabled not asked: the file state said all
+
+
+@pytest.mark.parametrize('state, running', [('active', True), ('reloading', True), ('refreshing', True),
+                                            ('inactive', False), ('activating', False), ('deactivating', False),
+                                            ('failed', False)])
+def test_systemd_is_running_from_one_show(state, running):
+    host = Host({SHOW: (0, 'LoadState=loaded\nActiveState=%s\nUnitFileState=enabled\n' % state, '')})
+    assert service('systemd', host).is_running() is running
+    assert host.calls == [SHOW]
+    assert service('systemd', Host({SHOW: (1, '', 'Failed to connect to bus')})).is_running() is False
 
 
 def test_systemd_logs_come_from_the_journal():
@@ -231,7 +257,7 @@ def test_the_persistence_service_finds_its_daemon_by_the_pid_file_and_its_syslog
 # Which process the init system names (tests/security/test_service_identity.py runs real processes)
 # --------------------------------------------------------------------------
 
-SHOW = 'systemctl show -p LoadState -p MainPID nvidia-persistenced'
+SHOW = 'systemctl show -p LoadState -p ActiveState -p UnitFileState -p MainPID -p ExecStart nvidia-persistenced'
 
 
 @pytest.mark.parametrize('answer, expected', [

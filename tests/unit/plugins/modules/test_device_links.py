@@ -21,6 +21,7 @@ from ansible.module_utils import basic
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_device_links
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dev_char as dc
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
 from ansible_collections.gpufleet.nvidia.plugins.modules import device_links
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_dev_char import (
     FakeAPI, container, fake_lstat, make_dev)
@@ -116,13 +117,22 @@ def test_no_dockerd_is_nothing_to_report(call_module, tmp_path, fake_nodes, warn
 
 # ---- the Runner with boot pieces and dockerd, under a temp root ----------------------------------
 
+# systemd's one answer about our unit (``Service.systemd_show``), enabled or disabled.
+SHOW = ('show',) + tuple(word for name in _service.SYSTEMD_PROPERTIES for word in ('-p', name)) + (dc.SERVICE,)
+SHOW_COMMAND = 'systemctl ' + ' '.join(SHOW)
+
+
+def unit_state(state):
+    return {SHOW: (0, 'LoadState=loaded\nActiveState=inactive\nUnitFileState=%s\nMainPID=0\n' % state, '')}
+
+
 class FakeModule(object):
     def __init__(self, params, check_mode=False, diff=False, answers=None):
         self.params = dict({'state': 'present', 'boot': True, 'init_system': 'auto', 'report_containers': True,
                             'docker_host': 'unix:///nowhere'}, **params)
         self.check_mode = check_mode
         self._diff = diff
-        self.answers = {('is-enabled', dc.SERVICE): (0, 'enabled\n', '')}
+        self.answers = unit_state('enabled')
         self.answers.update(answers or {})
         self.commands = []
         self.warnings = []
@@ -164,7 +174,7 @@ class runner(object):  # pylint: disable=invalid-name
 def test_boot_pieces_are_written_after_the_links_and_enabled(tmp_path, systemd_host):
     dev = make_dev(tmp_path / 'dev', NODES)
     root = tmp_path / 'root'
-    module = FakeModule({'dev_root': dev}, answers={('is-enabled', dc.SERVICE): (1, 'disabled\n', '')})
+    module = FakeModule({'dev_root': dev}, answers=unit_state('disabled'))
     order = []
     real_create = dc.CharDir.create
 
@@ -194,10 +204,10 @@ def test_boot_pieces_are_written_after_the_links_and_enabled(tmp_path, systemd_h
     assert result['boot_files'] == [dc.SCRIPT_PATH, dc.UDEV_RULE_PATH, dc.UNIT_PATHS['systemd']]
     assert 'systemctl daemon-reload' not in module.commands  # enable reloads once, after the links exist
     # converged: nothing to do, no reload, no enable
-    module = FakeModule({'dev_root': dev}, answers={('is-enabled', dc.SERVICE): (0, 'enabled\n', '')})
+    module = FakeModule({'dev_root': dev}, answers=unit_state('enabled'))
     result = runner(module, root).converge()
     assert result['actions'] == [] and not result['changed']
-    assert module.commands == ['systemctl is-enabled %s' % dc.SERVICE]
+    assert module.commands == [SHOW_COMMAND]  # one question to systemd
 
 
 def test_a_changed_unit_is_reloaded_and_check_mode_shows_the_diff(tmp_path, systemd_host):
@@ -211,7 +221,7 @@ def test_a_changed_unit_is_reloaded_and_check_mode_shows_the_diff(tmp_path, syst
     assert result['actions'] == ['write_unit', 'reload_init']
     assert [d['before_header'] for d in result['diff']] == [os.path.join(dev, 'char'), dc.UNIT_PATHS['systemd']]
     assert result['diff'][1]['before'] == '# %s\nold\n' % dc.MARKER
-    assert module.commands == ['systemctl is-enabled %s' % dc.SERVICE]
+    assert module.commands == [SHOW_COMMAND]  # one question to systemd
     result = runner(FakeModule({'dev_root': dev}), root).converge()
     assert result['actions'] == ['write_unit', 'reload_init']
     assert unit.read_text() == dc.render_systemd()
