@@ -22,19 +22,88 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_cdi import CONCERN as CDI
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_container_toolkit import CONCERN as TOOLKIT
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_containerd import CONCERN as CONTAINERD
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_crio import CONCERN as CRIO
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_device_links import CONCERN as DEVICE_LINKS
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_docker import CONCERN as DOCKER
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_gpu_persistence import CONCERN as GPU_PERSISTENCE
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_persistenced import CONCERN as PERSISTENCED
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names import ENGINES
 
-# In the order gpu_node runs them: the links before anything reloads systemd, the daemon before the GPUs' modes,
-# the toolkit's packages before any runtime registration (its postinst writes the runtime's own config.toml, and a
-# registered runtime needs the program), the CDI spec after the toolkit (its nvidia-ctk writes it), the CRI engines
-# before dockerd (whose verification runs a container last).
-CONCERNS = dict((c.name, c) for c in (DEVICE_LINKS, PERSISTENCED, GPU_PERSISTENCE, TOOLKIT, CDI, CONTAINERD, CRIO, DOCKER))
+from collections.abc import Mapping
+
+
+# Each concern's module is imported when node_state first asks for it, not with this file: a host evaluates only
+# the concerns it is asked for and the engines it has, and the host compiles every module it imports on every run
+# (zipimport keeps no bytecode): CRI-O's code (about 7 ms) on a host without CRI-O, dockerd's on a containerd-only
+# Kubernetes node. The imports are plain statements, so Ansible still packs every concern into node_state's zip.
+def _device_links():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_device_links import CONCERN
+    return CONCERN
+
+
+def _persistenced():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_persistenced import CONCERN
+    return CONCERN
+
+
+def _gpu_persistence():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_gpu_persistence import CONCERN
+    return CONCERN
+
+
+def _container_toolkit():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_container_toolkit import CONCERN
+    return CONCERN
+
+
+def _cdi():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_cdi import CONCERN
+    return CONCERN
+
+
+def _containerd():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_containerd import CONCERN
+    return CONCERN
+
+
+def _crio():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_crio import CONCERN
+    return CONCERN
+
+
+def _docker():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_docker import CONCERN
+    return CONCERN
+
+
 ORDER = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi') + ENGINES
+_LOAD = {'device_links': _device_links, 'persistenced': _persistenced, 'gpu_persistence': _gpu_persistence,
+         'container_toolkit': _container_toolkit, 'cdi': _cdi, 'containerd': _containerd, 'crio': _crio,
+         'docker': _docker}
+# The module-level names (``_concerns.DOCKER``) of each concern.
+_NAMES = {'DEVICE_LINKS': 'device_links', 'PERSISTENCED': 'persistenced', 'GPU_PERSISTENCE': 'gpu_persistence',
+          'TOOLKIT': 'container_toolkit', 'CDI': 'cdi', 'CONTAINERD': 'containerd', 'CRIO': 'crio', 'DOCKER': 'docker'}
+
+
+class _Concerns(Mapping):
+    """``CONCERNS[name]``: the concern's ``Concern``, its module imported on first use; iterates in ``ORDER``."""
+
+    def __init__(self):
+        self._loaded = {}
+
+    def __getitem__(self, name):
+        if name not in self._loaded:
+            if name not in _LOAD:
+                raise KeyError(name)
+            self._loaded[name] = _LOAD[name]()
+        return self._loaded[name]
+
+    def __iter__(self):
+        return iter(ORDER)
+
+    def __len__(self):
+        return len(ORDER)
+
+
+CONCERNS = _Concerns()
+
+
+def __getattr__(name):  # ``_concerns.DOCKER`` and the others (Python 3.7+): the concern's own module, on first use
+    if name in _NAMES:
+        return _LOAD[_NAMES[name]]()
+    raise AttributeError(name)

@@ -42,7 +42,6 @@ import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
 
 DEFAULT_PATH = '/etc/containerd/config.toml'
@@ -334,8 +333,8 @@ def default_before_ours(config, schema, effective_default):
     marker = marker_before(config, entry)
     if marker is not None and marker[1] is not None:
         try:
-            previous = _tomli.loads('v = ' + marker[1]).get('v')
-        except (_tomli.TOMLDecodeError, ValueError):
+            previous = ts.reader.loads('v = ' + marker[1]).get('v')
+        except (ts.reader.TOMLDecodeError, ValueError):
             previous = None
         return previous if isinstance(previous, str) else effective_default
     if marker is not None or config.in_block(entry.start):

@@ -34,8 +34,12 @@ __metaclass__ = type
 import math
 import re
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+
+try:  # Python 3.11+: the standard library's reader, tomli itself, compiled once with the interpreter
+    import tomllib as reader
+except ImportError:  # Python 3.8-3.10: the vendored copy, compiled from the module's zip on every run
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli as reader
 
 MAX_DEPTH = 64
 _BARE = re.compile(r'[A-Za-z0-9_-]+')
@@ -133,8 +137,8 @@ def parse(text, path, refusal):
     """The values of TOML ``text`` (``_tomli``), checked for depth; a DocumentError naming ``path`` when it is not
     valid TOML, ending with ``refusal`` (what its reader would do, and that nothing was changed)."""
     try:
-        values = _tomli.loads(text)
-    except (_tomli.TOMLDecodeError, ValueError) as exc:
+        values = reader.loads(text)
+    except (reader.TOMLDecodeError, ValueError) as exc:
         raise DocumentError('%s: not valid TOML (%s); %s' % (path, exc, refusal))
     except RecursionError:
         raise too_deep(path)

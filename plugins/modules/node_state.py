@@ -237,7 +237,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names impo
 
 
 def main():
-    # Every concern's code, compiled once (module_utils/_compile_once.py: zipimport compiles each file twice).
+    # Our code, compiled once (module_utils/_compile_once.py: zipimport compiles each file twice).
     with compiled_once():
         from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
     module = AnsibleModule(
@@ -257,7 +257,9 @@ def main():
         ),
         supports_check_mode=True,
     )
-    result, warnings, diffs = _node_state.evaluate(module, module.params, diff=module._diff)
+    # Each concern's code is imported when it is evaluated (_concerns.CONCERNS): compiled once as well.
+    with compiled_once():
+        result, warnings, diffs = _node_state.evaluate(module, module.params, diff=module._diff)
     for warning in warnings:
         module.warn(warning)
     if module._diff:

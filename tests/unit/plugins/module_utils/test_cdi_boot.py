@@ -155,7 +155,7 @@ def test_refreshes_started_together_run_one_at_a_time_and_write_the_spec_once(tm
     ctk.chmod(0o755)
     script = tmp_path / 'refresh'
     script.write_text(boot.render_script(str(spec), str(ctk), NAMES, 'yaml'))
-    procs = [subprocess.Popen(['sh', str(script)], stderr=subprocess.PIPE) for _ in range(3)]
+    procs = [subprocess.Popen(['sh', str(script)], stderr=subprocess.PIPE) for unused in range(3)]
     assert [proc.wait() for proc in procs] == [0, 0, 0]
     events = log.read_text().split('\n')[:-1]
     # Each run ends before the next starts: start, end, start, end, start, end, whatever the machine's load.

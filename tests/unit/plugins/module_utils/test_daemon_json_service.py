@@ -176,6 +176,7 @@ def test_docker_api_answers_and_http_client_is_imported_only_for_a_request(tmp_p
     from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, DockerAPIError
     # a fresh interpreter: node_state (every concern's code, _docker_api included) loads without http.client
     probe = ('import sys\nfrom ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state\n'
+             'concerns = list(_node_state._concerns.CONCERNS.values())\n'  # every concern's module, imported
              'print("http.client" in sys.modules)\n')
     out = subprocess.run([sys.executable, '-c', probe], check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))

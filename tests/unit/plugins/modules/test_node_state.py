@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
 
 import pytest
 
@@ -272,3 +273,28 @@ def test_a_query_is_run_once_per_node_state_run_whichever_concern_asks():
     alone = _node_state.ConcernModule(host, _concerns.DOCKER, {})
     alone.run_command(show)
     assert len(host.ran) == 5
+
+
+def test_a_concern_is_imported_when_it_is_evaluated_and_tomli_only_without_tomllib():
+    """A host compiles every module it imports, on every run: node_state imports a concern's code when it evaluates
+    that concern (no CRI-O code on a host without CRI-O), and on Python 3.11+ reads TOML with the standard library's
+    tomllib rather than compiling the vendored copy. node_state's zip still carries every concern
+    (test_module_payloads.py)."""
+    import subprocess
+    import sys
+    prefix = 'ansible_collections.gpufleet.nvidia.plugins.module_utils.'
+    probe = ('import json, sys\n'
+             'from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state, _concerns\n'
+             'ours = ("_concern_", "_crio", "_tomli", "_docker")\n'
+             'seen = lambda: sorted(m[len(P):] for m in sys.modules if m.startswith(P) and m[len(P):].startswith(ours))\n'
+             'first = seen()\n'
+             'docker = _concerns.CONCERNS["docker"]\n'
+             'print(json.dumps([first, seen(), docker.module, _concerns.DOCKER is docker, len(_concerns.CONCERNS)]))\n')
+    out = subprocess.run([sys.executable, '-c', 'P = %r\n' % prefix + probe], check=False, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    first, after, module, same, count = json.loads(out.stdout)
+    assert first == [], out.stdout  # _node_state and _concerns alone: no concern's code yet
+    assert '_concern_docker' in after and module == 'docker_runtime' and same and count == 8
+    assert not [name for name in after if name.startswith(('_concern_crio', '_crio'))]
+    assert ('_tomli' in after) is (sys.version_info < (3, 11))
