@@ -81,17 +81,11 @@ _NAMES = {'DEVICE_LINKS': 'device_links', 'PERSISTENCED': 'persistenced', 'GPU_P
 
 
 class _Concerns(Mapping):
-    """``CONCERNS[name]``: the concern's ``Concern``, its module imported on first use; iterates in ``ORDER``."""
-
-    def __init__(self):
-        self._loaded = {}
+    """``CONCERNS[name]``: the concern's ``Concern``, its module imported on first use (then found in
+    ``sys.modules``, as every import is); iterates in ``ORDER``."""
 
     def __getitem__(self, name):
-        if name not in self._loaded:
-            if name not in _LOAD:
-                raise KeyError(name)
-            self._loaded[name] = _LOAD[name]()
-        return self._loaded[name]
+        return _LOAD[name]()
 
     def __iter__(self):
         return iter(ORDER)
