@@ -134,8 +134,8 @@ def temp_directory(directory):
 
 def render_script(path, nvidia_ctk, names, fmt):
     """The boot-time program: generate the spec (as ``fmt``) in a root-only sibling directory and replace the spec
-    only when the text differs, one run at a time (util-linux's ``flock`` on a lock file in that directory, where
-    the host has it).
+    only when the text differs, one run at a time (util-linux's ``flock`` on that root-only directory, where the
+    host has it).
 
     On Upstart each engine's ``starting`` event runs an instance of its own, at the same time. Unserialised, two
     instances that both found the spec stale each replaced it (measured on the lab's Upstart 1.13 under load: the
@@ -164,9 +164,10 @@ if [ ! -d %(private)s ] || [ -L %(private)s ]; then
     fi
 fi
 # One refresh at a time (Upstart runs one instance per engine, together): the next one finds the spec current and
-# leaves it, so it is written once, before the first engine starts. The lock is in the root-only directory.
+# leaves it, so it is written once, before the first engine starts. The lock is the root-only directory itself,
+# opened for reading: no lock file to create, truncate or follow, and no other user can open it to hold the lock.
 if command -v flock >/dev/null 2>&1; then
-    exec 9>%(private)s/%(name)s.refresh-lock && flock 9 || exit 1
+    exec 9<%(private)s && flock 9 || exit 1
 fi
 tmp=$(mktemp %(private)s/.%(name)s.XXXXXX) || exit 1
 if ! "$ctk" %(args)s >"$tmp"; then

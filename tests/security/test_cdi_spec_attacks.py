@@ -747,3 +747,58 @@ def test_state_absent_removes_nothing_through_a_directory_the_stranger_owns(sand
     assert os.path.exists(victim), 'root unlinked %s through the stranger\'s /usr/local/sbin link (%s)' % (
         victim, found.get('actions'))
     assert found['outcome'] == 'refused' and '/usr/local' in found['msg'], found
+
+
+# --------------------------------------------------------------------------
+# 4. The boot refresh's lock
+# --------------------------------------------------------------------------
+
+# Runs as the stranger until argv[2]: open root's lock (the refresh's temp directory) and flock it, again and again.
+HOLD_THE_LOCK = r'''
+import errno, fcntl, json, os, sys, time
+tries = held = denied = 0
+while time.time() < float(sys.argv[2]):
+    tries += 1
+    try:
+        fd = os.open(sys.argv[1], os.O_RDONLY)
+    except OSError as exc:
+        denied += exc.errno == errno.EACCES
+        continue
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held += 1
+        time.sleep(0.2)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+print(json.dumps({'tries': tries, 'held': held, 'denied': denied}))
+'''
+
+
+def test_no_other_user_can_hold_the_boot_refresh_lock(sandbox, stranger):
+    """The refresh serialises on its root-only (0700) temp directory: the stranger, trying to open and lock it until
+    a deadline, is denied every time, and root's refreshes meanwhile all run to the end, none kept waiting."""
+    spec = os.path.join(sandbox, 'cdi', 'nvidia.yaml')
+    ctk = os.path.join(sandbox, 'nvidia-ctk')
+    with open(ctk, 'w') as handle:
+        handle.write('#!/bin/sh\nprintf "kind: nvidia.com/gpu\\n"\n')
+    os.chmod(ctk, 0o755)
+    script = os.path.join(sandbox, 'refresh')
+    with open(script, 'w') as handle:
+        handle.write(_cdi_boot.render_script(spec, ctk, ['index', 'uuid'], 'yaml'))
+    assert subprocess.run(['sh', script], check=False).returncode == 0
+    private = _cdi_boot.temp_directory(os.path.dirname(spec))
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o700 and os.stat(private).st_uid == 0
+    deadline = time.time() + RACE
+    attacker = stranger.popen([fakehost.SYSTEM_PYTHON, '-c', HOLD_THE_LOCK, private, str(deadline)],
+                              stdout=subprocess.PIPE, universal_newlines=True)
+    runs = []
+    while time.time() < deadline:
+        # a refresh kept waiting on a lock the stranger held would run into this timeout
+        runs.append(subprocess.run(['sh', script], check=False, timeout=60).returncode)
+    seen = json.loads(attacker.communicate(timeout=60)[0])
+    assert seen['tries'] > 10 and seen['held'] == 0 and seen['denied'] == seen['tries'], seen
+    assert runs and set(runs) == {0}, runs
+    with open(spec) as handle:
+        assert handle.read() == 'kind: nvidia.com/gpu\n'

@@ -139,8 +139,7 @@ def test_the_boot_script_writes_the_spec_and_replaces_it_only_when_it_differs(tm
     assert spec.read_text() == 'kind: nvidia.com/gpu\ndevices: []\n'
     assert sorted(os.listdir(str(spec.parent))) == ['nvidia.yaml']  # no temp file, ever, where the engines read
     private = tmp_path / '.cdi.gpufleet'
-    # No temp file left; the refreshes' lock file stays (as the module's lock files do).
-    assert os.listdir(str(private)) == ['nvidia.yaml.refresh-lock'] and oct(private.stat().st_mode & 0o777) == '0o700'
+    assert os.listdir(str(private)) == [] and oct(private.stat().st_mode & 0o777) == '0o700'  # the lock is the directory
 
 
 def test_refreshes_started_together_run_one_at_a_time_and_write_the_spec_once(tmp_path):
@@ -162,7 +161,7 @@ def test_refreshes_started_together_run_one_at_a_time_and_write_the_spec_once(tm
     assert [line.split()[0] for line in events] == ['start', 'end'] * 3, events
     assert [line.split()[1] for line in events[0::2]] == [line.split()[1] for line in events[1::2]]
     assert spec.read_text() == 'kind: nvidia.com/gpu\n'
-    assert os.listdir(str(tmp_path / '.cdi.gpufleet')) == ['nvidia.yaml.refresh-lock']
+    assert os.listdir(str(tmp_path / '.cdi.gpufleet')) == []  # no temp file, no lock file: the lock is the directory
 
 
 def test_the_boot_script_and_the_module_share_the_temp_directory(tmp_path):
@@ -188,6 +187,6 @@ def test_the_boot_script_keeps_the_spec_when_nvidia_ctk_fails_and_skips_without_
     proc = run_script(tmp_path, fake_ctk(tmp_path, 'half', rc=1), spec)
     assert proc.returncode == 1 and spec.read_text() == 'old\n'
     assert os.listdir(str(spec.parent)) == ['nvidia.yaml']
-    assert os.listdir(str(tmp_path / '.cdi.gpufleet')) == ['nvidia.yaml.refresh-lock']  # no temp file left
+    assert os.listdir(str(tmp_path / '.cdi.gpufleet')) == []  # no temp file left
     proc = run_script(tmp_path, str(tmp_path / 'missing-ctk'), spec)
     assert proc.returncode == 0 and 'is not installed' in proc.stderr and spec.read_text() == 'old\n'
