@@ -48,12 +48,17 @@ WATCH_DEPTH = 2
 @pytest.fixture(scope='session', autouse=True)
 def private_lock_dir(tmp_path_factory):
     """``_host.LOCK_DIR`` (/run/gpufleet-locks) for a test session: a private 0700 directory, for every module run
-    in-process or as a child process; the machine's /run is never touched. A conftest imports it to use it."""
+    in-process or as a child process; the machine's /run is never touched. A conftest imports it to use it. So is
+    node_state's memo (``_memo.MEMO_DIR``, /run/gpufleet-memo), in a directory beside it."""
     path = str(tmp_path_factory.mktemp('gpufleet-locks'))
     os.chmod(path, 0o700)
+    memo = str(tmp_path_factory.mktemp('gpufleet-memo'))
+    os.chmod(memo, 0o700)
     os.environ['GPUFLEET_LOCK_DIR'] = path
+    os.environ['GPUFLEET_MEMO_DIR'] = os.path.join(memo, 'memo')
     yield path
     os.environ.pop('GPUFLEET_LOCK_DIR', None)
+    os.environ.pop('GPUFLEET_MEMO_DIR', None)
 
 
 @pytest.fixture(scope='session', autouse=True)

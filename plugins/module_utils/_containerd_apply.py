@@ -28,6 +28,7 @@ __metaclass__ = type
 
 import collections
 import copy
+import hashlib
 import os
 import re
 import time
@@ -35,6 +36,7 @@ import time
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _memo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError, ServiceError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._options import Options
@@ -75,12 +77,19 @@ class Request(Options):
 # (containerd, path, the file's bytes) -> dump answer (Tools.dump), once remember_dumps() was called in this
 # process: only node_state, which writes nothing, so no file (an imported one included) changes under it.
 DUMPS = None
+# node_state also uses containerd's answers of earlier runs whose inputs are unchanged (_memo, KeptAnswers), and
+# keeps new ones unless the play is in check mode.
+KEEP = False
+STORE = False
 
 
-def remember_dumps():
-    """Ask containerd for each file's dump once in this (read-only) process."""
-    global DUMPS
+def remember_dumps(keep=True, store=True):
+    """Ask containerd for each file's dump once in this (read-only) process; ``keep``: use the answers of earlier
+    runs whose inputs are unchanged (``KeptAnswers``), and (``store``) keep new ones for later runs."""
+    global DUMPS, KEEP, STORE
     DUMPS = {}
+    KEEP = keep
+    STORE = keep and store
 
 
 def _file_bytes(path):
@@ -94,6 +103,70 @@ def _file_bytes(path):
         return None
 
 
+def _imports_nothing(data):
+    """Whether the config file ``data`` (bytes) is valid TOML without an ``imports`` key: then its dump depends on
+    containerd and these bytes alone (containerd reads no other file unless one is imported)."""
+    try:
+        values = cd.loads(data.decode('utf-8'), 'config')
+    except (DocumentError, UnicodeDecodeError):
+        return False
+    return not values.get('imports')
+
+
+class KeptAnswers(object):
+    """containerd's answers kept from earlier node_state runs (``_memo``): its ``--version``, and per config file its
+    ``config dump`` with the file's SHA-256 and the boot it was asked in.
+
+    An answer is used only for the same executable (path, device, inode, size, modification and change times: a
+    new package's binary is a new inode, and no user can set a change time back), and a dump only for the same
+    file bytes, in the same boot, of a file that imports nothing (a file with ``imports`` is dumped every time).
+    An answer is kept only when the executable and the file were the same before and after it was asked."""
+
+    def __init__(self, binary):
+        self.binary = binary
+        self.name = 'containerd-%s.json' % hashlib.sha256(binary.encode('utf-8', 'surrogateescape')).hexdigest()[:24]
+        self.identity = _memo.identity(binary)
+        kept = _memo.load(self.name) if self.identity is not None else None
+        if not kept or kept.get('binary') != binary or kept.get('identity') != self.identity \
+                or not isinstance(kept.get('dumps'), dict):
+            kept = {'binary': binary, 'identity': self.identity, 'version': None, 'dumps': {}}
+        self.kept = kept
+
+    def version(self):
+        answer = self.kept.get('version')
+        return answer if isinstance(answer, str) else None
+
+    def keep_version(self, answer):
+        self.kept['version'] = answer
+        self._store()
+
+    @staticmethod
+    def dump_inputs(path, data):
+        """What a dump of ``path`` (None: ``config default``) holding ``data`` depends on, or None where it cannot
+        be kept."""
+        if path is not None and (data is None or len(data) > cd.MAX_CONFIG_BYTES or not _imports_nothing(data)):
+            return None
+        boot = _memo.boot_id()
+        if boot is None:
+            return None
+        return {'sha256': hashlib.sha256(data).hexdigest() if path is not None else None, 'boot_id': boot}
+
+    def dump(self, path, inputs):
+        entry = self.kept['dumps'].get(path or '')
+        if not isinstance(entry, dict) or not isinstance(entry.get('out'), str):
+            return None
+        return entry['out'] if all(entry.get(key) == value for key, value in inputs.items()) else None
+
+    def keep_dump(self, path, inputs, answer):
+        entry = dict(inputs, out=answer)
+        self.kept['dumps'][path or ''] = entry
+        self._store()
+
+    def _store(self):
+        if STORE and self.identity is not None and _memo.identity(self.binary) == self.identity:
+            _memo.store(self.name, self.kept)
+
+
 class Tools(object):
     """The installed containerd and ctr, through ``run(argv) -> (rc, out, err)``."""
 
@@ -101,29 +174,60 @@ class Tools(object):
         self.run = run
         self.containerd = containerd
         self.ctr = ctr
+        self._kept = None
+
+    def kept(self):
+        """The answers kept from earlier runs (``KeptAnswers``), in node_state for an absolute containerd; else
+        None."""
+        if not KEEP or not os.path.isabs(self.containerd):
+            return None
+        if self._kept is None:
+            self._kept = KeptAnswers(self.containerd)
+        return self._kept
 
     def version(self):
-        """containerd's version, asked once per run."""
+        """containerd's version, asked once per run (in node_state, kept across runs: ``KeptAnswers``)."""
         if not hasattr(self, '_version'):
-            rc, out, err = self.run([self.containerd, '--version'])
-            self._version = cd.binary_version(out) if rc == 0 else None
+            kept = self.kept()
+            out = kept.version() if kept else None
+            if out is None or cd.binary_version(out) is None:
+                rc, out, err = self.run([self.containerd, '--version'])
+                if rc != 0:
+                    out = None
+                elif kept:
+                    kept.keep_version(out)
+            self._version = cd.binary_version(out) if out is not None else None
         return self._version
 
     def dump(self, path):
         """``(values, None)`` of ``containerd --config PATH config dump``, or ``(None, containerd's error)``.
 
         In node_state (``remember_dumps``), asked once per containerd, path and file text: the engines' CRI check
-        for ``auto`` and the containerd concern read the same dump, a containerd start (about 50 ms) each.
+        for ``auto`` and the containerd concern read the same dump, a containerd start (about 50 ms) each; and
+        kept across runs where its inputs are unchanged (``KeptAnswers``).
         """
         argv = [self.containerd, 'config', 'default'] if path is None else \
             [self.containerd, '--config', path, 'config', 'dump']
-        key = (self.containerd, path, _file_bytes(path) if DUMPS is not None else None)
+        data = _file_bytes(path) if DUMPS is not None else None
+        key = (self.containerd, path, data)
         if key[2] is not None and key in DUMPS:
             return copy.deepcopy(DUMPS[key])
-        rc, out, err = self.run(argv)
-        if rc != 0:
-            return None, (err or out or 'exit status %s' % rc).strip()
-        answer = cd.loads(out, '`%s`' % ' '.join(argv)), None
+        kept = self.kept()
+        inputs = kept.dump_inputs(path, data) if kept else None
+        answer = None
+        out = kept.dump(path, inputs) if inputs else None
+        if out is not None:
+            try:
+                answer = cd.loads(out, '`%s`' % ' '.join(argv)), None
+            except DocumentError:  # not what containerd wrote: asked again
+                answer = None
+        if answer is None:
+            rc, out, err = self.run(argv)
+            if rc != 0:
+                return None, (err or out or 'exit status %s' % rc).strip()
+            answer = cd.loads(out, '`%s`' % ' '.join(argv)), None
+            if inputs and _file_bytes(path) == data:
+                kept.keep_dump(path, inputs, out)
         if key[2] is not None:
             DUMPS[key] = copy.deepcopy(answer)
         return answer

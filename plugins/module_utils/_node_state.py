@@ -168,7 +168,9 @@ def describe(name, verdict):
 def evaluate(module, options, diff=False):
     """node_state's result for ``options`` (the module's parameters): every requested concern's verdict."""
     run = _module.runner(module)
-    _containerd_apply.remember_dumps()  # nothing here writes: one dump per containerd config file
+    # one dump per containerd config file; containerd's answers of earlier runs used where their inputs are the same,
+    # new ones kept for later runs (_memo: node_state's only write, root's alone), except in a check-mode play
+    _containerd_apply.remember_dumps(store=not getattr(module, 'check_mode', False))
     requested = [name for name in _concerns.ORDER if options.get(name) is not None]
     engines, found = [], None
     started = time.time()

@@ -657,6 +657,7 @@ def main():
     removal_offered = ctk_removal(args.ctk)
     work = tempfile.mkdtemp(prefix='gfctk-work-')  # 0700: the modules' lock directory may live in it
     os.environ['GPUFLEET_LOCK_DIR'] = os.path.join(work, 'locks')
+    os.environ['GPUFLEET_MEMO_DIR'] = os.path.join(work, 'memo')
     rows, failed = [], 0
     started = time.time()
     plan = []

@@ -2,12 +2,14 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What every unit test shares: the unit tests' own helpers (core_compat, role_templates) importable from every
-test directory below, and the modules' lock files in a private directory, never the machine's /run."""
+test directory below, and the modules' lock files and node_state's memo in private directories, never the machine's
+/run (the memo a new one for each test, so that no test is answered from another's)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import itertools
 import os
 import sys
 
@@ -40,3 +42,26 @@ def private_lock_dir(tmp_path_factory):
     os.environ['GPUFLEET_LOCK_DIR'] = path
     yield path
     os.environ.pop('GPUFLEET_LOCK_DIR', None)
+
+
+_MEMOS = itertools.count()
+
+
+@pytest.fixture(scope='session')
+def private_memo_root(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp('gpufleet-memo'))
+    os.chmod(path, 0o700)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def private_memo_dir(private_memo_root, monkeypatch):
+    """``_memo.MEMO_DIR`` (/run/gpufleet-memo) for this test: a directory of its own (not created: node_state
+    creates it when it keeps an answer), for every module run in-process or as a child process."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
+    path = os.path.join(private_memo_root, str(next(_MEMOS)))
+    monkeypatch.setenv('GPUFLEET_MEMO_DIR', path)
+    # node_state's evaluate() turns on containerd's per-process dumps and the memo: off again after each test
+    for name in ('DUMPS', 'KEEP', 'STORE'):
+        monkeypatch.setattr(_containerd_apply, name, getattr(_containerd_apply, name))
+    return path

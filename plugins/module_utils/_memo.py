@@ -1,0 +1,140 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""node_state's memo: what a program answered for inputs that have not changed since, kept for the next run.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time.
+
+A converged host's node_state run asked ``containerd --version`` and
+``containerd config dump`` every time: two starts of a 50 MB Go program, about
+a fifth of the run's CPU. Their answers are a function of inputs we can check
+for much less: the binary (its inode, size and change time, which no user can
+set back), the bytes of the file it reads and the boot. The memo keeps each
+answer with those inputs and a later run uses it only where all of them are
+the same again (``_containerd_apply.Tools``).
+
+It is data in a directory only root can open (``MEMO_DIR``, 0700, in /run:
+emptied at every boot), never code and never followed through a link: the
+directory and each file are opened without following links and used only when
+owned by us and closed to other users. Anything unexpected (not root, a
+directory or file that is not ours, a file that is not JSON, a full disk)
+makes the memo answer nothing, and the caller asks the program as before: the
+memo can make a run cheaper, never different.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import json
+import os
+import stat
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+
+MEMO_DIR = '/run/gpufleet-memo' if os.path.isdir('/run') else '/var/run/gpufleet-memo'
+# Tests point this at a private directory; it is read from root's own environment only.
+MEMO_DIR_VARIABLE = 'GPUFLEET_MEMO_DIR'
+MAX_BYTES = 4 << 20
+BOOT_ID = '/proc/sys/kernel/random/boot_id'
+
+
+def directory():
+    return os.environ.get(MEMO_DIR_VARIABLE) or MEMO_DIR
+
+
+def _open_directory(create):
+    """A descriptor of the memo directory, or None where it is missing (and not created) or not root's alone."""
+    if os.geteuid() != 0:
+        return None
+    path = directory().rstrip('/')
+    try:  # the way to it checked out of other users' reach; the directory itself never a link (O_NOFOLLOW below)
+        real = os.path.join(_host.resolve_path(os.path.dirname(path), reader='node_state'), os.path.basename(path))
+    except (_host.HostFileError, OSError):
+        return None
+    if create:
+        try:
+            os.mkdir(real, 0o700)
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                return None
+    try:
+        fd = _host.open_directory(real)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        os.close(fd)
+        return None
+    return fd
+
+
+def load(name):
+    """The JSON object kept as ``name``, or None."""
+    dfd = _open_directory(create=False)
+    if dfd is None:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | _host.NOFOLLOW | _host.CLOEXEC | _host.NONBLOCK, dir_fd=dfd)
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 \
+                or st.st_size > MAX_BYTES:
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        value = json.loads(b''.join(chunks).decode('utf-8'))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+    return value if isinstance(value, dict) else None
+
+
+def store(name, value):
+    """Keep the JSON object ``value`` as ``name`` (replaced whole, 0600); nothing when that cannot be done."""
+    try:
+        data = json.dumps(value, sort_keys=True).encode('utf-8')
+    except (TypeError, ValueError):
+        return False
+    if len(data) > MAX_BYTES:
+        return False
+    dfd = _open_directory(create=True)
+    if dfd is None:
+        return False
+    try:
+        _host.write_at(dfd, name, data, 0o600)
+    except OSError:
+        return False
+    finally:
+        os.close(dfd)
+    return True
+
+
+def identity(path):
+    """What tells an executable apart from any other at ``path`` (device, inode, size, change and modification
+    times), or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, getattr(st, 'st_mtime_ns', st.st_mtime),
+            getattr(st, 'st_ctime_ns', st.st_ctime)]
+
+
+def boot_id():
+    try:
+        with open(BOOT_ID) as handle:
+            return handle.read(64).strip()
+    except (IOError, OSError):
+        return None
