@@ -24,11 +24,15 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engines
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _memo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
 
 # A concern that must run whenever one it depends on runs: a persistence daemon that is (re)started, installed or
 # removed may bring the GPUs back to its global default, so their modes are set again after it.
 DEPENDS = {'gpu_persistence': ('persistenced',)}
+# The memo of the systemd units a run asked about (_memo): the next run asks about them together.
+UNITS_MEMO = 'systemd-units.json'
 
 
 class ConcernExit(BaseException):
@@ -170,7 +174,23 @@ def evaluate(module, options, diff=False):
     run = _module.runner(module)
     # one dump per containerd config file; containerd's answers of earlier runs used where their inputs are the same,
     # new ones kept for later runs (_memo: node_state's only write, root's alone), except in a check-mode play
-    _containerd_apply.remember_dumps(store=not getattr(module, 'check_mode', False))
+    store = not getattr(module, 'check_mode', False)
+    _containerd_apply.remember_dumps(store=store)
+    # the units the last run asked systemd about: asked together, in one `systemctl show`, when the first is asked
+    kept_units = _memo.load(UNITS_MEMO)
+    kept_units = kept_units.get('units') if kept_units else None
+    together = _service.show_together(kept_units if isinstance(kept_units, list)
+                                      and all(isinstance(unit, str) for unit in kept_units) else [])
+    try:
+        result = _evaluate(module, options, run, diff)
+    finally:
+        _service.show_together(None)
+    if store and together.asked and together.asked != together.units:
+        _memo.store(UNITS_MEMO, {'units': together.asked})
+    return result
+
+
+def _evaluate(module, options, run, diff):
     requested = [name for name in _concerns.ORDER if options.get(name) is not None]
     engines, found = [], None
     started = time.time()

@@ -71,6 +71,45 @@ SYSTEMD_FILE_STATES = ('enabled', 'enabled-runtime', 'alias', 'static', 'disable
                        'indirect', 'linked', 'linked-runtime', 'transient', 'bad')
 
 
+# node_state: the units an earlier run asked systemd about, shown together in one ``systemctl show`` when the first
+# of them is asked (``show_together``); None elsewhere, where each Service asks for its own unit.
+TOGETHER = None
+UNIT_NAME = re.compile(r'^[A-Za-z0-9:_.@\\-]{1,255}$')
+MAX_TOGETHER = 16
+
+
+class Together(object):
+    """One ``systemctl show`` for several units, asked once; each block of its answer is what ``systemctl show`` of
+    that unit alone prints (blocks come in the order the units were named, a blank line between two)."""
+
+    def __init__(self, units):
+        self.units = [name for name in units if UNIT_NAME.match(name) and not name.startswith('-')][:MAX_TOGETHER]
+        self.asked = []  # the units this run asked about, in order (for the next run)
+        self.shown = None
+
+    def show(self, service, argv):
+        """``service``'s block of the one answer (``{}``-able text), or None: not among the units, or the answer
+        was not one block per unit."""
+        if service.name not in self.asked:
+            self.asked.append(service.name)
+        if service.name not in self.units:
+            return None
+        if self.shown is None:
+            self.shown = {}
+            rc, out, err = service.run(argv + self.units)
+            blocks = (out or '').rstrip('\n').split('\n\n')
+            if rc == 0 and len(blocks) == len(self.units):
+                self.shown = dict(zip(self.units, blocks))
+        return self.shown.get(service.name)
+
+
+def show_together(units):
+    """Turn on (``units``, a list) or off (None) asking systemd about these units together (node_state's run)."""
+    global TOGETHER
+    TOGETHER = Together(units) if units is not None else None
+    return TOGETHER
+
+
 def found_by(service, pid, warnings):
     """How ``service``'s process ``pid`` was identified (``Service.evidence``), for a module's result, else None;
     a process the init system named but that was refused becomes a warning."""
@@ -157,7 +196,11 @@ class Service(object):
         argv = [self.tool('systemctl'), 'show']
         for name in SYSTEMD_PROPERTIES:
             argv.extend(('-p', name))
-        rc, out, err = self.run(argv + [self.name])
+        out = TOGETHER.show(self, argv) if TOGETHER is not None else None
+        if out is not None:
+            rc = 0
+        else:
+            rc, out, err = self.run(argv + [self.name])
         values = {}
         if rc == 0:
             for line in (out or '').splitlines():

@@ -29,9 +29,13 @@ description:
     dump) of a config file without C(imports)) in a memo, C(/run/gpufleet-memo) (C(/var/run/gpufleet-memo) on hosts
     without C(/run)), and a later run uses an answer only for the same executable (device, inode, size, modification
     and change times), the same file bytes (SHA-256) and the same boot; a file with C(imports) is dumped on every run.
-    This saves two starts of containerd, about a fifth of a converged host's CPU. The memo is JSON data, never
-    executed, in a directory only root can open (mode 0700, opened without following links, owner and mode checked;
-    anything else is not used); a memo that cannot be read or written is ignored and containerd is asked.
+    This saves two starts of containerd, about a fifth of a converged host's CPU.
+  - On systemd, the memo also holds the names of the units the run asked systemd about; the next run asks about all
+    of them in one C(systemctl show) (the answers are that run's own, only the question is shared), and about a unit
+    not on the list alone.
+  - The memo is JSON data, never executed, in a directory only root can open (mode 0700, opened without following
+    links, owner and mode checked; anything else is not used); a memo that cannot be read or written is ignored and
+    the programs are asked.
 author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
