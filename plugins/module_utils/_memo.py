@@ -50,10 +50,16 @@ def _open_directory(create):
     if os.geteuid() != 0:
         return None
     path = directory().rstrip('/')
-    try:  # the way to it checked out of other users' reach; the directory itself never a link (O_NOFOLLOW below)
-        real = os.path.join(_host.resolve_path(os.path.dirname(path), reader='node_state'), os.path.basename(path))
+    # the way to it out of other users' reach, its parent writable by root alone (sticky or not: nobody else may
+    # take the name first); the directory itself never a link (O_NOFOLLOW below)
+    try:
+        parent = _host.resolve_path(os.path.dirname(path), reader='node_state', file_directory=False)
+        st = os.lstat(parent)
     except (_host.HostFileError, OSError):
         return None
+    if not stat.S_ISDIR(st.st_mode) or _host.untrusted(st):
+        return None
+    real = os.path.join(parent, os.path.basename(path))
     if create:
         try:
             os.mkdir(real, 0o700)

@@ -235,3 +235,14 @@ def test_a_module_that_writes_never_uses_the_memo(tmp_path, private_memo_dir):
     tools.version()
     tools.dump(str(host.config))
     assert len(host.asked) - before == 2
+
+
+def test_no_memo_in_a_directory_other_users_can_write(tmp_path, monkeypatch):
+    shared = tmp_path / 'shared'
+    shared.mkdir()
+    os.chmod(str(shared), 0o1777)  # as /tmp: anyone could take the memo's name first
+    monkeypatch.setenv(_memo.MEMO_DIR_VARIABLE, str(shared / 'memo'))
+    host = Host(tmp_path)
+    host.run()
+    assert host.run() == both(host)
+    assert os.listdir(str(shared)) == []
