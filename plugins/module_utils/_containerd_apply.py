@@ -75,21 +75,19 @@ class Request(Options):
 
 
 # (containerd, path, the file's bytes) -> dump answer (Tools.dump), once remember_dumps() was called in this
-# process: only node_state, which writes nothing, so no file (an imported one included) changes under it.
+# process: only node_state, which writes nothing, so no file (an imported one included) changes under it. There,
+# containerd's answers of earlier runs whose inputs are unchanged are used too (_memo, KeptAnswers), and new ones
+# kept (STORE) unless the play is in check mode.
 DUMPS = None
-# node_state also uses containerd's answers of earlier runs whose inputs are unchanged (_memo, KeptAnswers), and
-# keeps new ones unless the play is in check mode.
-KEEP = False
 STORE = False
 
 
-def remember_dumps(keep=True, store=True):
-    """Ask containerd for each file's dump once in this (read-only) process; ``keep``: use the answers of earlier
-    runs whose inputs are unchanged (``KeptAnswers``), and (``store``) keep new ones for later runs."""
-    global DUMPS, KEEP, STORE
+def remember_dumps(store=True):
+    """Ask containerd for each file's dump once in this (read-only) process, use the answers of earlier runs whose
+    inputs are unchanged (``KeptAnswers``), and (``store``) keep new ones for later runs."""
+    global DUMPS, STORE
     DUMPS = {}
-    KEEP = keep
-    STORE = keep and store
+    STORE = store
 
 
 def _file_bytes(path):
@@ -179,7 +177,7 @@ class Tools(object):
     def kept(self):
         """The answers kept from earlier runs (``KeptAnswers``), in node_state for an absolute containerd; else
         None."""
-        if not KEEP or not os.path.isabs(self.containerd):
+        if DUMPS is None or not os.path.isabs(self.containerd):
             return None
         if self._kept is None:
             self._kept = KeptAnswers(self.containerd)

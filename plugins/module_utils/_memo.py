@@ -46,9 +46,10 @@ def directory():
 
 
 def _open_directory(create):
-    """A descriptor of the memo directory, or None where it is missing (and not created) or not root's alone."""
+    """``(descriptor, path)`` of the memo directory, or ``(None, None)`` where it is missing (and not created) or not
+    root's alone."""
     if os.geteuid() != 0:
-        return None
+        return None, None
     path = directory().rstrip('/')
     # the way to it out of other users' reach, its parent writable by root alone (sticky or not: nobody else may
     # take the name first); the directory itself never a link (O_NOFOLLOW below)
@@ -56,54 +57,44 @@ def _open_directory(create):
         parent = _host.resolve_path(os.path.dirname(path), reader='node_state', file_directory=False)
         st = os.lstat(parent)
     except (_host.HostFileError, OSError):
-        return None
+        return None, None
     if not stat.S_ISDIR(st.st_mode) or _host.untrusted(st):
-        return None
+        return None, None
     real = os.path.join(parent, os.path.basename(path))
     if create:
         try:
             os.mkdir(real, 0o700)
         except OSError as exc:
             if exc.errno != errno.EEXIST:
-                return None
+                return None, None
     try:
         fd = _host.open_directory(real)
     except OSError:
-        return None
+        return None, None
     st = os.fstat(fd)
     if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
         os.close(fd)
-        return None
-    return fd
+        return None, None
+    return fd, real
 
 
 def load(name):
     """The JSON object kept as ``name``, or None."""
-    dfd = _open_directory(create=False)
+    dfd, real = _open_directory(create=False)
     if dfd is None:
         return None
-    try:
-        fd = os.open(name, os.O_RDONLY | _host.NOFOLLOW | _host.CLOEXEC | _host.NONBLOCK, dir_fd=dfd)
-    except OSError:
+    os.close(dfd)
+    path = os.path.join(real, name)  # in root's own 0700 directory, whose parent only root can write
+    try:  # never through a link, a regular file of root's, within MAX_BYTES, UTF-8
+        found = _host.read_file(path, path, MAX_BYTES, reader='node_state')
+    except _host.HostFileError:
         return None
-    finally:
-        os.close(dfd)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 \
-                or st.st_size > MAX_BYTES:
-            return None
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        value = json.loads(b''.join(chunks).decode('utf-8'))
-    except (OSError, ValueError, UnicodeDecodeError):
+    if not found.exists or found.stat.st_mode & 0o077:  # closed to other users, as it was written
         return None
-    finally:
-        os.close(fd)
+    try:
+        value = json.loads(found.text)
+    except ValueError:
+        return None
     return value if isinstance(value, dict) else None
 
 
@@ -115,7 +106,7 @@ def store(name, value):
         return False
     if len(data) > MAX_BYTES:
         return False
-    dfd = _open_directory(create=True)
+    dfd = _open_directory(create=True)[0]
     if dfd is None:
         return False
     try:

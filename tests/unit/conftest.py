@@ -62,6 +62,6 @@ def private_memo_dir(private_memo_root, monkeypatch):
     path = os.path.join(private_memo_root, str(next(_MEMOS)))
     monkeypatch.setenv('GPUFLEET_MEMO_DIR', path)
     # node_state's evaluate() turns on containerd's per-process dumps and the memo: off again after each test
-    for name in ('DUMPS', 'KEEP', 'STORE'):
+    for name in ('DUMPS', 'STORE'):
         monkeypatch.setattr(_containerd_apply, name, getattr(_containerd_apply, name))
     return path

@@ -229,7 +229,7 @@ def test_a_kept_dump_that_is_not_toml_is_asked_again(tmp_path, private_memo_dir)
 def test_a_module_that_writes_never_uses_the_memo(tmp_path, private_memo_dir):
     host = Host(tmp_path)
     host.run()
-    _containerd_apply.DUMPS, _containerd_apply.KEEP, _containerd_apply.STORE = None, False, False
+    _containerd_apply.DUMPS, _containerd_apply.STORE = None, False
     tools = _containerd_apply.Tools(host.command, containerd=host.binary)
     before = len(host.asked)
     tools.version()

@@ -48,16 +48,6 @@ class HostModule(object):
         return False
 
 
-@pytest.fixture(autouse=True)
-def forget_dumps(monkeypatch):
-    """evaluate() turns on containerd's per-process dump memory and its memo; give them back to other tests as they
-    were."""
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
-    monkeypatch.setattr(_containerd_apply, 'DUMPS', None)
-    monkeypatch.setattr(_containerd_apply, 'KEEP', False)
-    monkeypatch.setattr(_containerd_apply, 'STORE', False)
-
-
 @pytest.fixture
 def fake_dockerd(monkeypatch):
     dockerd = FakeDockerd()
