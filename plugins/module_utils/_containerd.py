@@ -163,9 +163,27 @@ def cri_disabled(values):
     return None
 
 
+# The keys of containerd's own configuration structs that this collection reads (or copies for a runtime), as
+# containerd documents them. Its decoders also read them in other cases (1.6 and 1.7: the upper case too; 2.x:
+# any case; docs/security.md): a file with one in another case is refused (``_toml_splice.check_key_case``).
+OWN_KEYS = ('version', 'imports', 'disabled_plugins', 'required_plugins', 'plugins', 'containerd', 'runtimes',
+            'default_runtime_name', 'default_runtime', 'untrusted_workload_runtime', 'runtime_type', 'runtime_path',
+            'runtime_engine', 'runtime_root', 'options', 'BinaryName', 'SystemdCgroup', 'enable_cdi', 'cdi_spec_dirs',
+            'sandboxer', 'privileged_without_host_devices', 'base_runtime_spec', 'cni_conf_dir', 'snapshotter')
+# Tables whose keys are names (plugin ids, runtime names), whose case containerd keeps.
+NAME_TABLES = ('plugins', 'runtimes')
+
+
 def loads(text, path):
-    """The values of TOML ``text``; a DocumentError (the file untouched) when it is not valid TOML."""
-    return ts.parse(text, path, 'containerd would refuse it too. The file was left untouched.')
+    """The values of config file ``text``; a DocumentError (the file untouched) when it is not valid TOML or writes
+    one of containerd's own keys in another case than ``OWN_KEYS``."""
+    values = loads_dump(text, path)
+    return ts.check_key_case(text, values, path, OWN_KEYS, NAME_TABLES, 'containerd')
+
+
+def loads_dump(text, what):
+    """The values of TOML that containerd printed (``config dump``: its own spelling, nothing to check)."""
+    return ts.parse(text, what, 'containerd would refuse it too. The file was left untouched.')
 
 
 get = ts.get

@@ -216,14 +216,14 @@ class Tools(object):
         out = kept.dump(path, inputs) if inputs else None
         if out is not None:
             try:
-                answer = cd.loads(out, '`%s`' % ' '.join(argv)), None
+                answer = cd.loads_dump(out, '`%s`' % ' '.join(argv)), None
             except DocumentError:  # not what containerd wrote: asked again
                 answer = None
         if answer is None:
             rc, out, err = self.run(argv)
             if rc != 0:
                 return None, (err or out or 'exit status %s' % rc).strip()
-            answer = cd.loads(out, '`%s`' % ' '.join(argv)), None
+            answer = cd.loads_dump(out, '`%s`' % ' '.join(argv)), None
             if inputs and _file_bytes(path) == data:
                 kept.keep_dump(path, inputs, out)
         if key[2] is not None:
@@ -237,7 +237,7 @@ class Tools(object):
         rc, out, err = self.run(argv, data=text)
         if rc != 0:
             return None, (err or out or 'exit status %s' % rc).strip()
-        return cd.loads(out, '`%s`' % ' '.join(argv)), None
+        return cd.loads_dump(out, '`%s`' % ' '.join(argv)), None
 
     def plugins(self, address):
         """``{plugin id: status}`` from ``ctr plugins ls``, or None when containerd does not answer."""

@@ -106,9 +106,20 @@ def walk_order(paths):
     return sorted(paths, key=lambda path: path.split('/'))
 
 
+# The keys of CRI-O's own configuration this collection reads or writes, as CRI-O documents them. Its decoder
+# (BurntSushi's toml) also matches them in any other case: a file with one so written is refused
+# (``_toml_splice.check_key_case``; docs/security.md).
+OWN_KEYS = ('crio', 'runtime', 'runtimes', 'workloads', 'default_runtime', 'cdi_spec_dirs', 'storage_option',
+            'inherit_default_runtime', 'platform_runtime_paths', 'runtime_root') + OWN
+# Tables whose keys are names (runtimes, workloads), whose case CRI-O keeps.
+NAME_TABLES = ('runtimes', 'workloads')
+
+
 def loads(text, path):
-    """The values of TOML ``text``; a DocumentError (nothing changed) when it is not valid TOML."""
-    return ts.parse(text, path, 'CRI-O would refuse to start with it. Nothing was changed.')
+    """The values of TOML ``text``; a DocumentError (nothing changed) when it is not valid TOML or writes one of
+    CRI-O's own keys in another case than ``OWN_KEYS``."""
+    values = ts.parse(text, path, 'CRI-O would refuse to start with it. Nothing was changed.')
+    return ts.check_key_case(text, values, path, OWN_KEYS, NAME_TABLES, 'CRI-O')
 
 
 get = ts.get

@@ -390,6 +390,57 @@ def too_deep(name):
                          'is a few levels deep. Fix the file by hand; it was left untouched.' % (name, MAX_DEPTH))
 
 
+def fold(key):
+    """``key`` folded so that two keys a Go TOML decoder may take for one struct field fold alike: go-toml v2 lowers
+    with ``strings.ToLower`` (U+0130 becomes i), BurntSushi's toml compares with ``strings.EqualFold`` (U+017F is s,
+    the Kelvin sign k); Python's ``casefold`` does both of the latter, and more (it may refuse a key no decoder
+    would match: never the other way round)."""
+    return key.replace(u'\u0130', 'i').casefold()
+
+
+def check_key_case(text, values, name, own_keys, name_tables, program):
+    """Refuse, naming the file ``name`` and the line, a key of ``program``'s own written in another case than its
+    documented spelling (``own_keys``).
+
+    containerd's and CRI-O's TOML decoders find a struct field under more spellings than the documented one
+    (go-toml v1, containerd 1.6 and 1.7: the tag and the tag in upper case; go-toml v2, containerd 2.x, and
+    BurntSushi's toml, CRI-O: any case), so such a key is read by the program and missed by a reader that looks up the
+    documented spelling: a check of ``imports`` would not see ``IMPORTS``. One rule serves every version: refuse.
+    The keys of a table named in ``name_tables`` (plugin ids, runtime names) are names, whose case matters to the
+    program, and are not checked."""
+    folded = dict((fold(key), key) for key in own_keys)
+    pending = [((), values)]
+    while pending:
+        path, table = pending.pop()
+        naming = bool(path) and fold(path[-1]) in name_tables
+        for key, value in table.items():
+            known = None if naming else folded.get(fold(key))
+            if known is not None and key != known:
+                raise DocumentError('%s%s: the key %s is %s\'s "%s" written in another case; %s may read it as '
+                                    '"%s" (its TOML decoder matches keys in other cases too) while this collection '
+                                    'reads only "%s". Write "%s"; the file was left untouched.' % (
+                                        name, _key_line(text, name, path + (key,)), dotted(path + (key,)),
+                                        program, known, program, known, known, known))
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, dict):
+                    pending.append((path + (key,), child))
+    return values
+
+
+def _key_line(text, name, path):
+    """`` line N`` where ``path`` is first written: the first header or key line that names it (``[a.B.c]`` names
+    ``a.B``), else the line whose inline table holds it; or nothing."""
+    try:
+        doc = scan(text, name)
+    except DocumentError:
+        return ''
+    items = doc.headers + doc.entries
+    naming = [item.start for item in items if item.path[:len(path)] == path]
+    holding = [(len(item.path), item.start) for item in items if item.path == path[:len(item.path)]]
+    start = min(naming) if naming else max(holding)[1] if holding else None
+    return '' if start is None else ' line %d' % _line_col(text, start)[0]
+
+
 # --------------------------------------------------------------------------
 # Writing TOML pieces and splicing them in
 # --------------------------------------------------------------------------

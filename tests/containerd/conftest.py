@@ -95,7 +95,7 @@ class LabContainerd(PrivateDaemon):
         """The effective configuration of ``path`` (default: the lab's config.toml), as containerd computes it."""
         rc, out, err = self.run([CONTAINERD, '--config', path or self.config, 'config', 'dump'])
         assert rc == 0, err
-        return apply.cd.loads(out, 'dump')
+        return apply.cd.loads_dump(out, 'dump')
 
     def ctr(self, *args):
         rc, out, err = self.run([CTR, '--address', self.socket] + list(args))
