@@ -62,7 +62,7 @@ description:
     directory) is refused too.
   - Nesting deeper than 64 levels and files over 1 MiB are refused, naming the file.
   - A key of containerd's own written in another case than its documented one (C(IMPORTS), C(Default_Runtime_Name))
-    is refused, naming the file and the line: containerd 1.6 and 1.7 also read a key in upper case and 2.x in any
+    is refused, naming the file and the line, as containerd 1.6 and 1.7 also read a key in upper case and 2.x in any
     case, so the module would otherwise read the file differently from containerd. Plugin ids and runtime names keep
     their case.
 author:

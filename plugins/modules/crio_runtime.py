@@ -166,7 +166,7 @@ notes:
   - Concurrent runs on one host are serialised by a lock only root can open (a file in C(/run/gpufleet-locks), mode
     0700), never by a lock on the configuration directory, which any user could hold.
   - A key of CRI-O's own written in another case than its documented one (C([CRIO.runtime]), C(Runtime_Path)) is
-    refused, naming the file and the line: CRI-O's TOML decoder matches keys in any case, so the module would
+    refused, naming the file and the line, as CRI-O's TOML decoder matches keys in any case, so the module would
     otherwise read the file differently from CRI-O. Runtime and workload names keep their case.
   - Requires root on the managed host and the C(crio) binary (for its version).
 seealso:
