@@ -111,6 +111,26 @@ def _imports_nothing(data):
     return not values.get('imports')
 
 
+# A kept ``containerd --version`` answer is one short line; a longer text is not one.
+MAX_KEPT_VERSION = 4096
+
+
+def _kept_version(answer):
+    """A kept ``--version`` answer (``_memo``) that names a version, else None."""
+    if not isinstance(answer, str) or len(answer) > MAX_KEPT_VERSION:
+        return None
+    try:
+        return answer if cd.binary_version(answer) is not None else None
+    except ValueError:  # more digits than int() takes
+        return None
+
+
+def _kept_dump(entry):
+    """Whether a kept dump (``_memo``) has the shape ``keep_dump`` writes: its text and inputs, strings or None."""
+    return isinstance(entry, dict) and isinstance(entry.get('out'), str) \
+        and all(isinstance(value, str) or value is None for value in entry.values())
+
+
 class KeptAnswers(object):
     """containerd's answers kept from earlier node_state runs (``_memo``): its ``--version``, and per config file its
     ``config dump`` with the file's SHA-256 and the boot it was asked in.
@@ -127,12 +147,13 @@ class KeptAnswers(object):
         kept = _memo.load(self.name) if self.identity is not None else None
         if not kept or kept.get('binary') != binary or kept.get('identity') != self.identity \
                 or not isinstance(kept.get('dumps'), dict):
-            kept = {'binary': binary, 'identity': self.identity, 'version': None, 'dumps': {}}
-        self.kept = kept
+            kept = {'dumps': {}}
+        # Only what has the shape this class writes is used (and written back): any other value is dropped.
+        self.kept = {'binary': binary, 'identity': self.identity, 'version': _kept_version(kept.get('version')),
+                     'dumps': dict((path, entry) for path, entry in kept['dumps'].items() if _kept_dump(entry))}
 
     def version(self):
-        answer = self.kept.get('version')
-        return answer if isinstance(answer, str) else None
+        return self.kept['version']
 
     def keep_version(self, answer):
         self.kept['version'] = answer

@@ -20,7 +20,10 @@ directory and each file are opened without following links and used only when
 owned by us and closed to other users. Anything unexpected (not root, a
 directory or file that is not ours, a file that is not JSON, a full disk)
 makes the memo answer nothing, and the caller asks the program as before: the
-memo can make a run cheaper, never different.
+memo can make a run cheaper, never different. That includes a file JSON cannot
+read without recursing past Python's limit (``[[[[...``): ``load`` answers
+None. What ``load`` returns is only known to be a JSON object: each caller
+checks the type of every field it uses and ignores what it does not expect.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -91,9 +94,9 @@ def load(name):
         return None
     if not found.exists or found.stat.st_mode & 0o077:  # closed to other users, as it was written
         return None
-    try:
+    try:  # a file nested too deep for the parser (RecursionError) or too big for memory is unreadable like any other
         value = json.loads(found.text)
-    except ValueError:
+    except (ValueError, RecursionError, MemoryError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -102,7 +105,7 @@ def store(name, value):
     """Keep the JSON object ``value`` as ``name`` (replaced whole, 0600); nothing when that cannot be done."""
     try:
         data = json.dumps(value, sort_keys=True).encode('utf-8')
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError, MemoryError):
         return False
     if len(data) > MAX_BYTES:
         return False

@@ -33,6 +33,8 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
 DEPENDS = {'gpu_persistence': ('persistenced',)}
 # The memo of the systemd units a run asked about (_memo): the next run asks about them together.
 UNITS_MEMO = 'systemd-units.json'
+# A run asks about a few units; a kept list is read no further than this.
+MAX_KEPT_UNITS = 256
 
 
 class ConcernExit(BaseException):
@@ -169,6 +171,15 @@ def describe(name, verdict):
     return ', '.join(result.get('actions', [])) or result.get('msg', 'changes')
 
 
+def kept_units(kept):
+    """The unit names in the units memo ``kept`` (what ``_memo.load`` answered): the strings of its ``units`` list;
+    anything else is ignored (``_service.Together`` then keeps only unit names)."""
+    units = kept.get('units') if isinstance(kept, dict) else None
+    if not isinstance(units, list):
+        return []
+    return [unit for unit in units[:MAX_KEPT_UNITS] if isinstance(unit, str)]
+
+
 def evaluate(module, options, diff=False):
     """node_state's result for ``options`` (the module's parameters): every requested concern's verdict."""
     run = _module.runner(module)
@@ -177,10 +188,7 @@ def evaluate(module, options, diff=False):
     store = not getattr(module, 'check_mode', False)
     _containerd_apply.remember_dumps(store=store)
     # the units the last run asked systemd about: asked together, in one `systemctl show`, when the first is asked
-    kept_units = _memo.load(UNITS_MEMO)
-    kept_units = kept_units.get('units') if kept_units else None
-    together = _service.show_together(kept_units if isinstance(kept_units, list)
-                                      and all(isinstance(unit, str) for unit in kept_units) else [])
+    together = _service.show_together(kept_units(_memo.load(UNITS_MEMO)))
     try:
         result = _evaluate(module, options, run, diff)
     finally:

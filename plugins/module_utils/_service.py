@@ -74,7 +74,7 @@ SYSTEMD_FILE_STATES = ('enabled', 'enabled-runtime', 'alias', 'static', 'disable
 # node_state: the units an earlier run asked systemd about, shown together in one ``systemctl show`` when the first
 # of them is asked (``show_together``); None elsewhere, where each Service asks for its own unit.
 TOGETHER = None
-UNIT_NAME = re.compile(r'^[A-Za-z0-9:_.@\\-]{1,255}$')
+UNIT_NAME = re.compile(r'\A[A-Za-z0-9:_.@\\-]{1,255}\Z')
 MAX_TOGETHER = 16
 
 

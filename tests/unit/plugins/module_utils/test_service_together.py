@@ -102,7 +102,7 @@ def test_an_answer_that_is_not_a_block_per_unit_or_a_failed_call_falls_back_to_o
 
 
 def test_names_that_are_not_unit_names_are_never_passed_to_systemctl():
-    together = _service.show_together(['docker', '--all', 'a b', '../etc', 'x' * 300, 'containerd'])
+    together = _service.show_together(['docker', '--all', 'a b', '../etc', 'x' * 300, 'docker\n', 'containerd'])
     _service.show_together(None)
     assert together.units == ['docker', 'containerd']
 
