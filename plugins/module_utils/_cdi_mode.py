@@ -51,8 +51,69 @@ def check_mode_name(mode):
 
 
 def loads(text, path):
-    """The values of the config file's ``text``; a DocumentError naming ``path`` when it is not valid TOML."""
-    return ts.parse(text, path, 'NVIDIA\'s runtime would refuse it too. The file was left untouched.')
+    """The values of the config file's ``text``; a DocumentError naming ``path`` when it is not valid TOML, writes a
+    key this module reads in another case (``OWN_KEYS``), or when a value this module reads (``SHAPES``) has another
+    type than NVIDIA's runtime reads there."""
+    values = ts.parse(text, path, 'NVIDIA\'s runtime would refuse it too. The file was left untouched.')
+    return check_types(ts.check_key_case(text, values, path, OWN_KEYS, (), 'NVIDIA\'s runtime'), text, path)
+
+
+# The keys of NVIDIA's runtime's config this module reads, as NVIDIA documents them. The toolkit decodes the file
+# with go-toml v1, which also takes a key in upper case (``MODE`` is the mode: measured with the toolkit's own
+# nvidia-container-runtime, 1.20.0): such a key in another case is refused (``_toml_splice.check_key_case``).
+OWN_KEYS = ('nvidia-container-runtime', 'mode', 'modes', 'cdi', 'spec-dirs')
+
+
+# Every value read on the way to the mode and the spec directories, parents first, and the type NVIDIA's runtime
+# decodes it into (its config struct: a table, a string, an array of strings). Any other type there (``mode = 1``,
+# ``[[nvidia-container-runtime]]``, an array of tables) makes the runtime refuse the file: refused here too.
+SHAPES = ((TABLE, dict), (KEY, str), (TABLE + ('modes',), dict), (TABLE + ('modes', 'cdi'), dict),
+          (SPEC_DIRS, list))
+
+
+def check_types(values, text, path):
+    """``values`` when each key of ``SHAPES`` is absent or of its type; else a DocumentError naming ``path``, the key
+    and its line."""
+    for key, wanted in SHAPES:
+        value = get(values, key)  # a parent of another type was refused before its child is reached
+        if value is None:
+            continue
+        found = _type_name(value)
+        if wanted is list and isinstance(value, list):
+            odd = [item for item in value if not isinstance(item, str)]
+            if not odd:
+                continue
+            found = 'an array holding %s' % _type_name(odd[0])
+        elif isinstance(value, wanted):
+            continue
+        raise DocumentError('%s: %s%s is %s, where NVIDIA\'s runtime reads %s; it would refuse the file too. The '
+                            'file was left untouched.' % (path, ts.dotted(key), _line_of(text, path, key), found,
+                                                          WANTED[wanted]))
+    return values
+
+
+WANTED = {dict: 'a table', str: 'a string', list: 'an array of strings'}
+
+
+def _type_name(value):
+    if isinstance(value, bool):
+        return 'a boolean'
+    if isinstance(value, int):
+        return 'an integer'
+    if isinstance(value, float):
+        return 'a float'
+    if isinstance(value, str):
+        return 'a string'
+    if isinstance(value, dict):
+        return 'a table'
+    if isinstance(value, list):
+        return 'an array of tables' if value and all(isinstance(item, dict) for item in value) else 'an array'
+    return 'a date or time'
+
+
+def _line_of(text, path, key):
+    line = ts.key_line(text, path, key)
+    return '' if line is None else ' (line %d)' % line
 
 
 get = ts.get

@@ -419,7 +419,7 @@ def check_key_case(text, values, name, own_keys, name_tables, program):
                 raise DocumentError('%s%s: the key %s is %s\'s "%s" written in another case; %s may read it as '
                                     '"%s" (its TOML decoder matches keys in other cases too) while this collection '
                                     'reads only "%s". Write "%s"; the file was left untouched.' % (
-                                        name, _key_line(text, name, path + (key,)), dotted(path + (key,)),
+                                        name, _at_line(text, name, path + (key,)), dotted(path + (key,)),
                                         program, known, program, known, known, known))
             for child in value if isinstance(value, list) else [value]:
                 if isinstance(child, dict):
@@ -427,18 +427,24 @@ def check_key_case(text, values, name, own_keys, name_tables, program):
     return values
 
 
-def _key_line(text, name, path):
-    """`` line N`` where ``path`` is first written: the first header or key line that names it (``[a.B.c]`` names
-    ``a.B``), else the line whose inline table holds it; or nothing."""
+def key_line(text, name, path):
+    """The line where the key ``path`` (a tuple) is first written: the first header or key line that names it
+    (``[a.B.c]`` names ``a.B``), else the line whose inline table or dotted key holds it; None when unknown."""
     try:
         doc = scan(text, name)
     except DocumentError:
-        return ''
+        return None
+    path = tuple(path)
     items = doc.headers + doc.entries
     naming = [item.start for item in items if item.path[:len(path)] == path]
     holding = [(len(item.path), item.start) for item in items if item.path == path[:len(item.path)]]
     start = min(naming) if naming else max(holding)[1] if holding else None
-    return '' if start is None else ' line %d' % _line_col(text, start)[0]
+    return None if start is None else _line_col(text, start)[0]
+
+
+def _at_line(text, name, path):
+    line = key_line(text, name, path)
+    return '' if line is None else ' line %d' % line
 
 
 # --------------------------------------------------------------------------

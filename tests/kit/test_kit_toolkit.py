@@ -179,3 +179,42 @@ def test_device_links_makes_the_links_nvidia_ctk_makes(gpu_host):
     assert proc.returncode == 0, proc.stderr
     assert dev_char(gpu_host) == ours
     assert os.readlink(gpu_host.tree.path("/dev/char/195:0")) == "/dev/nvidia0"
+
+
+@pytest.mark.parametrize("table", ["nvidia-container-runtime", "NVIDIA-CONTAINER-RUNTIME", "Nvidia-Container-Runtime"])
+def test_every_spelling_of_the_mode_the_runtime_reads_is_refused_by_runtime_mode_but_its_own(tmp_path, table):
+    """NVIDIA's runtime (go-toml v1) reads its config keys in more than one spelling; runtime_mode's reader refuses
+    every spelling the runtime takes but the documented one, so the two never read one file differently. The
+    runtime's mode is read from its own trace log ("Running with config"), written before it looks at the bundle.
+    Measured on 1.20.0: the table and the key are read as written and in upper case, not in mixed case."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_mode
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+    seen = {}
+    for key in ("mode", "MODE", "Mode"):
+        log = tmp_path / ("log-%s-%s" % (table, key))
+        config = tmp_path / "config.toml"
+        text = '[%s]\ndebug = "%s"\nlog-level = "trace"\n%s = "cdi"\n' % (table, log, key)
+        config.write_text(text)
+        subprocess.run([os.path.join(TOOLKIT_BIN, "nvidia-container-runtime"), "create", "--bundle",
+                        str(tmp_path / "no-bundle"), "x"], capture_output=True, timeout=60, check=False,
+                       env=dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=str(config)))
+        if log.exists():  # the table was read: its debug key too
+            trace = log.read_text()
+            assert "Running with config" in trace, trace[-2000:]
+            runtime_reads = " Mode:cdi " in trace
+        else:  # the runtime read none of the table (its debug key is in it)
+            runtime_reads = False
+        try:
+            _cdi_mode.loads(text, str(config))
+            ours = "read"
+        except DocumentError as exc:
+            assert "written in another case" in str(exc) and str(config) in str(exc), str(exc)
+            ours = "refused"
+        seen[key] = (runtime_reads, ours)
+    for key, (runtime_reads, ours) in seen.items():
+        if (table, key) == ("nvidia-container-runtime", "mode"):
+            assert seen[key] == (True, "read"), seen
+        elif runtime_reads:
+            assert ours == "refused", seen
+    if table == "nvidia-container-runtime":
+        assert seen["MODE"][0], "the runtime no longer reads MODE: %s" % seen  # what the refusal is for

@@ -10,6 +10,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_mode
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
@@ -87,3 +88,14 @@ def test_crios_own_key_in_another_case_is_refused(text, line):
 def test_crio_runtime_names_keep_their_case():
     values = cr.loads('[crio.runtime.runtimes.Runtime_Path]\nruntime_path = "/usr/bin/runc"\n', 'x.conf')
     assert 'Runtime_Path' in values['crio']['runtime']['runtimes']
+
+
+@pytest.mark.parametrize('text, line', [
+    ('[nvidia-container-runtime]\nMODE = "cdi"\n', 2),
+    ('[NVIDIA-CONTAINER-RUNTIME]\nmode = "cdi"\n', 1),
+    ('[nvidia-container-runtime.modes.CDI]\nspec-dirs = ["/home/u/cdi"]\n', 1),
+])
+def test_nvidia_runtimes_own_key_in_another_case_is_refused(text, line):
+    path = '/etc/nvidia-container-runtime/config.toml'
+    message = refusal(text, _cdi_mode.loads, path)
+    assert message.startswith('%s line %d: the key ' % (path, line)) and 'NVIDIA\'s runtime' in message, message
