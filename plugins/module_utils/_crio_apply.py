@@ -289,8 +289,12 @@ class Converge(object):
         backup = self.backup
         if backup and self.backup_dir:
             backup = backup_outside(self.backup_dir)
-        temp_dir = _host.private_directory(real_dir) if text != current.text else None
-        self.result['backup_file'] = _host.replace_config(real, text, current, backup, self.label, temp_dir)
+        if text == current.text:
+            self.result['backup_file'] = _host.replace_config(real, text, current, backup, self.label)
+            return
+        # a failed write names the drop-in first and leaves no temp directory this run made
+        with _host.temp_directory(real_dir, real) as temp_dir:
+            self.result['backup_file'] = _host.replace_config(real, text, current, backup, self.label, temp_dir)
 
 
 def cdi_result(effective):
@@ -347,8 +351,9 @@ class Applier(object):
         if not self.previous.exists:
             remove(self.real)
             return
-        _host.write_atomic(self.real, self.previous.text.encode('utf-8'), like=self.previous.stat, label=self.label,
-                           temp_dir=_host.private_directory(self.real_dir))
+        with _host.temp_directory(self.real_dir, self.real) as temp_dir:
+            _host.write_atomic(self.real, self.previous.text.encode('utf-8'), like=self.previous.stat,
+                               label=self.label, temp_dir=temp_dir)
 
     def wait_restart(self, pid_before):
         """``(True, None)`` once a new crio runs and stays up ``settle`` seconds, else ``(False, why)``."""

@@ -473,39 +473,84 @@ def fsync_directory(directory):
         os.close(fd)
 
 
-def private_directory(directory):
+def private_directory(directory, path=None):
     """A root-only (0700) sibling of ``directory`` for its temp files: ``<parent>/.<name>.gpufleet``.
 
     For a directory an engine reads whole (CRI-O's ``crio.conf.d``): no temp
     file ever sits in it, and a killed run's leftover is in a place no engine
     reads (the next run removes it). Created when missing; it must be ours,
     writable by nobody else, and on the same file system as ``directory`` (a
-    rename is atomic only within one). Returns its path.
+    rename is atomic only within one). Returns its path. ``path``: the file the
+    temp files are for, named first in an error. A writer uses
+    ``temp_directory``, which also removes again what a failed write created.
     """
-    directory = directory.rstrip('/') or '/'
-    path = os.path.join(os.path.dirname(directory), '.%s%s' % (os.path.basename(directory), PRIVATE_SUFFIX))
+    return _private_directory(directory, path)[0]
+
+
+@contextlib.contextmanager
+def temp_directory(directory, path):
+    """``private_directory(directory, path)`` for a block that writes ``path`` through it. When the block fails, the
+    directory is removed again if this run created it and it is still empty (rmdir, of the very directory made: it
+    never removes a file, another directory, or one another run has put a temp file in), so a failed write leaves
+    nothing behind; after a good write it stays, for the next one."""
+    temp, made = _private_directory(directory, path)
     try:
-        os.mkdir(path, 0o700)
+        yield temp
+    except BaseException:
+        if made is not None:
+            _remove_made_directory(temp, made)
+        raise
+
+
+def _private_directory(directory, path):
+    """``(its path, (st_dev, st_ino) when this call created it, else None)``; see ``private_directory``."""
+    directory = directory.rstrip('/') or '/'
+    temp = os.path.join(os.path.dirname(directory), '.%s%s' % (os.path.basename(directory), PRIVATE_SUFFIX))
+    # the file the user asked about first, then the directory of its temp files
+    named = '%s: the directory for its temp files %s' % (path, temp) if path else temp
+    made = False
+    try:
+        os.mkdir(temp, 0o700)
+        made = True
     except OSError as exc:
         if exc.errno != errno.EEXIST:
-            raise write_failed(path, exc, 'create the directory for temp files')
+            if path:
+                raise write_failed(path, exc, 'create the directory for its temp files %s' % temp)
+            raise write_failed(temp, exc, 'create the directory for temp files')
     try:
-        fd = open_directory(path)
+        fd = open_directory(temp)
     except OSError as exc:
         raise HostFileError('%s: cannot use it for temp files (%s); remove it and run again. Nothing was changed.'
-                            % (path, exc.strerror))
+                            % (named, exc.strerror))
+    identity = None
     try:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-            refuse(path, 'the directory %s' % path, untrusted(st) or 'is open to other users (mode %04o)'
+            refuse(path or temp, 'the directory %s' % temp, untrusted(st) or 'is open to other users (mode %04o)'
                    % stat.S_IMODE(st.st_mode), 'Remove it; the next run creates it again, owned by root, mode 0700.')
+        identity = (st.st_dev, st.st_ino)
         if st.st_dev != os.stat(directory).st_dev:
             raise HostFileError('%s is on another file system than %s, so a file cannot be moved from one to the '
                                 'other atomically. Nothing was changed; keep %s on the file system of its parent.'
-                                % (path, directory, directory))
+                                % (named, directory, directory))
+    except BaseException:
+        if made and identity is not None:
+            _remove_made_directory(temp, identity)
+        raise
     finally:
         os.close(fd)
-    return path
+    return temp, identity if made else None
+
+
+def _remove_made_directory(temp, identity):
+    """Remove the directory ``temp`` this run created (``identity``: its device and inode), if it is still that
+    directory and empty; nothing otherwise (rmdir never follows a link, nor removes anything inside)."""
+    try:
+        st = os.lstat(temp)
+        if stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == identity:
+            os.rmdir(temp)
+    except OSError:
+        pass
 
 
 # --------------------------------------------------------------------------
