@@ -352,7 +352,7 @@ def default_before_ours(config, schema, effective_default):
     if marker is not None and marker[1] is not None:
         try:
             previous = ts.reader.loads('v = ' + marker[1]).get('v')
-        except (ts.reader.TOMLDecodeError, ValueError):
+        except (ts.reader.TOMLDecodeError, ValueError, RecursionError):
             previous = None
         return previous if isinstance(previous, str) else effective_default
     if marker is not None or config.in_block(entry.start):

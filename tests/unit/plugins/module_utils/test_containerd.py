@@ -108,6 +108,19 @@ def test_an_existing_default_keeps_its_line_and_comment():
     assert off.text.startswith(text) and 'default_runtime_name = "runc"' in off.text and cd.DEFAULT_MARK not in off.text
 
 
+def test_a_marker_too_deep_to_read_counts_as_no_previous_default():
+    """A marker comment we did not write, nested past the TOML reader's recursion: no previous value, no traceback."""
+    text = fixture('v2-kubeadm.toml')
+    before = cd.loads(fixture('v2-kubeadm.dump-1.6.20'), 'x')
+    plan, _schema = planned(text, before=before, default_runtime=True)
+    hostile = plan.text.replace(cd.DEFAULT_MARK + '"runc"', cd.DEFAULT_MARK + '[' * 5000)
+    assert hostile != plan.text
+    config = cd.Config(hostile, 'config.toml')
+    assert cd.default_before_ours(config, cd.choose_schema(V16, 2, 'config.toml'), 'crun') == 'crun'
+    again, _schema = planned(hostile, before=before, default_runtime=True)
+    assert 'default_runtime_name = "nvidia"' in again.text
+
+
 @pytest.mark.parametrize('version, file_version, schema', [
     (V16, None, 1), (V16, 1, 1), (V16, 2, 2), (V2, 2, 2), (V2, 3, 3)])
 def test_schema_follows_the_binary_and_the_file(version, file_version, schema):
