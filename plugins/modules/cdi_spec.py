@@ -49,7 +49,9 @@ description:
     fails, changing nothing, when those directories do not include O(path)'s. A missing file is written as NVIDIA's
     default (C(nvidia-ctk config default)) with the mode. The runtime reads its config for each container, so no
     engine restarts. NVIDIA's package rewrites the file with C(nvidia-ctk config --in-place) at every upgrade, which
-    keeps the mode.
+    keeps the mode. A file NVIDIA's runtime would read otherwise than the module is refused, naming the file and the
+    line, changing nothing - a value of another type on the way to the mode or the spec directories (C(mode = 1),
+    an array of tables), or one of those keys in another case (the runtime also reads C(MODE)).
   - O(state=absent) removes the spec (only a spec of kind C(nvidia.com/gpu)), our boot script, unit and drop-in, and
     nothing else (NVIDIA's own units stay as its packages left them). With O(runtime_mode), the runtime's mode goes
     back to NVIDIA's default (C(nvidia-ctk config default), V(auto) where C(nvidia-ctk) is gone) when it is
