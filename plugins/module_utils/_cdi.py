@@ -15,8 +15,13 @@ the ``enable-cuda-compat`` hook (``--host-driver-version=535.171.04``) and in
 the versioned driver libraries it mounts (``libcuda.so.535.171.04``); devices
 are named by index (``0``, MIG ``0:1``), UUID (``GPU-...``, ``MIG-...``) or
 type and index (``gpu0``, ``mig0:1``), plus ``all``; a GPU with MIG enabled
-appears only as its MIG devices. ``parse_spec`` reads JSON (the caller turns YAML into it where PyYAML is
-installed); ``outline_yaml`` reads nvidia-ctk's own YAML layout on a host without PyYAML.
+appears only as its MIG devices. ``parse_spec`` reads JSON, ``parse_yaml_spec`` YAML where PyYAML is installed;
+``outline_yaml`` reads nvidia-ctk's own YAML layout on a host without PyYAML.
+
+The spec on the host is read as untrusted text: its size, nesting depth, number of values and integer lengths are
+checked before anything is built from it, and YAML anchors, aliases and explicit tags (which nvidia-ctk never
+writes) are refused, so no file can make the reader exhaust memory, time or the stack; every problem is a
+CdiSpecError.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -49,6 +54,12 @@ HOOK_VERSION_RE = re.compile(r'\A--host-driver-version=(.+)\Z')
 # A driver library under its versioned name, as the spec mounts it or links to it.
 LIBRARY_VERSION_RE = re.compile(r'(?:\A|/)lib(?:cuda|nvidia-ml)\.so\.([0-9]+\.[0-9]+(?:\.[0-9]+)?)\Z')
 MAX_SPEC_BYTES = 16 * 1024 * 1024
+# Bounds checked before a spec is built (nvidia-ctk's: 6 levels deep, a few hundred values a GPU). A YAML alias
+# bomb of 700 bytes expands to 13 GB; 5000 nested lists overflow the stack; a 16 MiB spec of tiny values would
+# take gigabytes as parsed nodes; converting an integer of millions of digits takes hours on Python 3.8.
+MAX_DEPTH = 64
+MAX_VALUES = 100000
+MAX_INTEGER_CHARS = 64
 
 
 class CdiSpecError(DocumentError, ValueError):
@@ -114,7 +125,9 @@ def needs_write(current, generated):
 # Reading a spec
 # --------------------------------------------------------------------------
 
-def _load(text):
+def _text(text):
+    """``text`` (str, or UTF-8 bytes) when it is not blank and at most MAX_SPEC_BYTES characters: checked before
+    any parser sees it."""
     if isinstance(text, bytes):
         try:
             text = text.decode('utf-8')
@@ -125,16 +138,126 @@ def _load(text):
     if len(text) > MAX_SPEC_BYTES:
         raise CdiSpecError('the CDI spec is %d characters, more than the %d this reader takes' % (
             len(text), MAX_SPEC_BYTES))
-    stripped = text.strip()
-    if not stripped:
+    if not text.strip():
         raise CdiSpecError('the CDI spec is empty')
+    return text
+
+
+def _too_deep():
+    return CdiSpecError('the CDI spec is nested deeper than %d levels' % MAX_DEPTH)
+
+
+def _too_many():
+    return CdiSpecError('the CDI spec holds more than %d values' % MAX_VALUES)
+
+
+def _integer(digits):
+    """An integer's text as a number, refused past MAX_INTEGER_CHARS: int() is quadratic in the digits on Python
+    releases without sys.set_int_max_str_digits (before 3.8.14)."""
+    if len(digits) > MAX_INTEGER_CHARS:
+        raise CdiSpecError('the CDI spec holds an integer of %d characters, more than %d' % (
+            len(digits), MAX_INTEGER_CHARS))
+    return int(digits)
+
+
+# A JSON string (skipped whole: a bracket in it is text), a bracket, or a comma: about one token a value.
+_JSON_TOKEN_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{},]', re.DOTALL)
+
+
+def _check_json(text):
+    """Refuse JSON nested deeper than MAX_DEPTH or holding more than MAX_VALUES values, in one scan without
+    recursion, before ``json.loads`` builds it (its decoder recurses once per level: RecursionError)."""
+    depth = values = 0
+    for match in _JSON_TOKEN_RE.finditer(text):
+        token = match.group(0)
+        if token in ']}':
+            depth -= 1
+            continue
+        values += 1
+        if values > MAX_VALUES:
+            raise _too_many()
+        if token in '[{':
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _too_deep()
+
+
+def _load(text):
+    text = _text(text)
+    stripped = text.strip()
     if stripped.startswith('---') or re.match(r'\A[A-Za-z_]+\s*:', stripped):
         raise CdiSpecError('the CDI spec is YAML; this reader takes JSON (nvidia-ctk cdi generate --format json, '
                            'or a .json spec path)')
+    _check_json(text)
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_integer)
+    except CdiSpecError:
+        raise
     except ValueError as exc:
         raise CdiSpecError('the CDI spec is not valid JSON: %s' % exc)
+
+
+_YAML_LOADER = []
+
+
+def _yaml_loader(yaml):
+    """PyYAML's safe loader (libyaml's where there is one) that reads a date as the text it is (the summary
+    holds only JSON's types) and refuses an integer longer than MAX_INTEGER_CHARS."""
+    if not _YAML_LOADER:
+        base = getattr(yaml, 'CSafeLoader', yaml.SafeLoader)
+
+        class SpecLoader(base):
+            yaml_implicit_resolvers = dict(
+                (first, [(tag, regexp) for tag, regexp in resolvers if tag != 'tag:yaml.org,2002:timestamp'])
+                for first, resolvers in base.yaml_implicit_resolvers.items())
+
+            def construct_bounded_int(self, node):
+                _integer(node.value)  # its length; the YAML forms (0x, 1_000, 1:30) are base's to read
+                return base.construct_yaml_int(self, node)
+
+        SpecLoader.add_constructor('tag:yaml.org,2002:int', SpecLoader.construct_bounded_int)
+        _YAML_LOADER.append(SpecLoader)
+    return _YAML_LOADER[0]
+
+
+def _load_yaml(text):
+    """The YAML spec's document. Its events are walked first (PyYAML's parser, and libyaml's, is a loop that keeps
+    only the open collections; building the document recurses once per level, and an alias repeats what it names
+    however often it is used): more than MAX_DEPTH levels or MAX_VALUES values, an anchor, an alias or an explicit
+    tag is refused before any of it is built. Only then does PyYAML build it (libyaml builds in C, past any hook on
+    the events, hence two passes). Raises ImportError without PyYAML."""
+    import yaml
+
+    text = _text(text)
+    loader = _yaml_loader(yaml)
+    depth = values = 0
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            if not isinstance(event, yaml.NodeEvent):
+                continue
+            values += 1
+            if values > MAX_VALUES:
+                raise _too_many()
+            line = event.start_mark.line + 1
+            if isinstance(event, yaml.AliasEvent) or event.anchor is not None:
+                raise CdiSpecError('the CDI spec has a YAML anchor or alias at line %d (nvidia-ctk writes none)'
+                                   % line)
+            if event.tag is not None:
+                raise CdiSpecError('the CDI spec has an explicit YAML tag at line %d (nvidia-ctk writes none)' % line)
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise _too_deep()
+        document = yaml.load(text, Loader=loader)
+    except CdiSpecError:
+        raise
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer such as 0x_, text libyaml cannot encode
+        raise CdiSpecError('the CDI spec is not YAML: %s' % ' '.join(str(exc).split()))
+    if document is None:
+        raise CdiSpecError('the CDI spec is empty')
+    return document
 
 
 def _object(value, where):
@@ -228,7 +351,16 @@ def parse_spec(text):
     is wrong: not JSON, a missing or ill-formed ``cdiVersion``/``kind``, a device without a name, a name twice,
     a device node without a path, or driver libraries of two versions and no hook to decide.
     """
-    spec = _object(_load(text), 'the CDI spec')
+    return _summary(_load(text))
+
+
+def parse_yaml_spec(text):
+    """``parse_spec`` for a spec in YAML (text or bytes). Raises ImportError without PyYAML."""
+    return _summary(_load_yaml(text))
+
+
+def _summary(document):
+    spec = _object(document, 'the CDI spec')
     cdi_version = _string(spec, 'cdiVersion', 'the CDI spec')
     if not CDI_VERSION_RE.match(cdi_version):
         raise CdiSpecError('the CDI spec\'s cdiVersion %r is not a version such as 0.5.0' % cdi_version)

@@ -19,7 +19,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _boot_files
@@ -59,29 +58,26 @@ class Request(Options):
 def summarize(text, fmt):
     """``_cdi.parse_spec``'s summary of a spec in ``fmt`` (its ``kind``, ``devices`` and ``driver_version`` at
     least). YAML on a host without PyYAML: ``_cdi.outline_yaml``'s, or None when the text is not laid out as
-    nvidia-ctk writes it. Raises CdiSpecError (a ValueError) for text that is no spec."""
+    nvidia-ctk writes it. Raises CdiSpecError (a ValueError) for text that is no spec, whatever the text: the
+    readers bound its size, depth and values before they build anything from it."""
     if fmt == 'json':
         return _cdi.parse_spec(text)
     try:
-        import yaml
-    except ImportError:
+        return _cdi.parse_yaml_spec(text)
+    except ImportError:  # no PyYAML on this host
         return _cdi.outline_yaml(text)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise _cdi.CdiSpecError('not YAML: %s' % str(exc).replace('\n', ' '))
-    return _cdi.parse_spec(json.dumps(data))
 
 
-def stale_reasons(current, new, fmt):
-    """Why the spec on the host (``current``: its text, or None), whose text differs, is not what nvidia-ctk
-    generates now (``new``: its summary)."""
+def stale_reasons(current, new, fmt, path):
+    """Why the spec on the host (``path``; ``current``: its text, or None), whose text differs, is not what
+    nvidia-ctk generates now (``new``: its summary). A spec that cannot be read is named with what is wrong
+    with it: it is stale all the same, and nvidia-ctk's replaces it."""
     if current is None:
         return ['there is no spec yet']
     try:
         old = summarize(current, fmt)
     except ValueError as exc:
-        return ['the spec on the host cannot be read as a CDI spec (%s)' % exc]
+        return ['the spec on the host (%s) cannot be read as a CDI spec (%s)' % (path, exc)]
     if old is None:
         return ['the spec on the host differs from what nvidia-ctk generates now']
     return _cdi.differences(old, new)
@@ -290,7 +286,7 @@ class CdiRun(object):
                 generated, summary = found
                 if _cdi.needs_write(current, generated):
                     spec_actions = ['write_spec']
-                    self.result['stale'] = stale_reasons(current, summary, _cdi.spec_format(p.path))
+                    self.result['stale'] = stale_reasons(current, summary, _cdi.spec_format(p.path), p.path)
         elif current is not None:
             spec_actions = ['remove_spec'] if self.ours(current) else []
         ctk_ready = found is not None or p.state == 'absent' and self.ctk_runs()
@@ -318,8 +314,9 @@ class CdiRun(object):
         """Whether the spec file holds NVIDIA's GPU spec (``state: absent`` removes nothing else)."""
         try:
             kind = (summarize(text, _cdi.spec_format(self.request.path)) or {}).get('kind')
-        except ValueError:
-            kind = None
+        except ValueError as exc:
+            self.warnings.append('%s cannot be read as a CDI spec (%s): left as it is' % (self.request.path, exc))
+            return False
         if kind != _cdi.KIND:
             self.warnings.append('%s is not an NVIDIA GPU CDI spec (kind %s): left as it is'
                                  % (self.request.path, kind))
@@ -338,9 +335,11 @@ class CdiRun(object):
         try:
             if action == 'write_spec':
                 _host.ensure_directory(real)
-                # The temp file in a private sibling directory: never in a directory the engines read whole.
-                _host.write_atomic(real, generated.encode('utf-8'), mode=0o644, label=self.label,
-                                   temp_dir=_host.private_directory(os.path.dirname(real)))
+                # The temp file in a private sibling directory: never in a directory the engines read whole (and
+                # gone again when this write made it and failed).
+                with _host.temp_directory(os.path.dirname(real), real) as temp_dir:
+                    _host.write_atomic(real, generated.encode('utf-8'), mode=0o644, label=self.label,
+                                       temp_dir=temp_dir)
             elif action == 'remove_spec':
                 os.unlink(real)
             elif action == 'write_runtime_config':

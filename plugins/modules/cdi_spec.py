@@ -195,7 +195,10 @@ driver_version:
   type: str
   sample: 550.163.01
 stale:
-  description: Why the spec on the host differs from what C(nvidia-ctk) generates now; empty when it is fresh.
+  description:
+    - Why the spec on the host differs from what C(nvidia-ctk) generates now; empty when it is fresh.
+    - A spec that cannot be read as a CDI spec (not UTF-8 YAML or JSON, deeper than 64 levels, more than 100000
+      values, a YAML anchor, alias or explicit tag) is stale too, named with what is wrong with it, and replaced.
   returned: always
   type: list
   elements: str

@@ -371,3 +371,156 @@ def test_nvidia_ctks_yaml_is_outlined_without_a_yaml_parser():
 ])
 def test_text_not_in_nvidia_ctks_layout_is_not_outlined(text):
     assert cdi.outline_yaml(text) is None
+
+
+# --------------------------------------------------------------------------
+# A hostile spec: bounded before anything is built (issue 45, defect 4)
+# --------------------------------------------------------------------------
+
+@pytest.fixture(params=['libyaml', 'pure'])
+def yaml_loader(request, monkeypatch):
+    """Both of PyYAML's parsers: libyaml's (most hosts) and PyYAML's own (a host without libyaml)."""
+    import yaml
+    if request.param == 'libyaml' and not getattr(yaml, '__with_libyaml__', False):
+        pytest.skip('PyYAML here has no libyaml')
+    monkeypatch.setattr(cdi, '_YAML_LOADER', [])
+    if request.param == 'pure':
+        monkeypatch.delattr(yaml, 'CSafeLoader', raising=False)
+    yield request.param
+
+
+def yaml_spec(edit=None, flow=False):
+    """The real spec, changed by ``edit(document)``, as YAML (block style unless ``flow``)."""
+    import yaml
+    document = json.loads(spec(edit))
+    return yaml.safe_dump(document, default_flow_style=flow, sort_keys=False)
+
+
+def nested(levels, leaf=1, kind='list'):
+    value = leaf
+    for _level in range(levels):
+        value = [value] if kind == 'list' else {'k': value}
+    return value
+
+
+def test_nvidia_ctks_yaml_is_read_as_its_json(yaml_loader):
+    assert cdi.parse_yaml_spec(yaml_spec()) == cdi.parse_spec(SPEC_JSON)
+    assert cdi.parse_yaml_spec(yaml_spec(flow=True)) == cdi.parse_spec(SPEC_JSON)
+    assert cdi.parse_yaml_spec(SPEC_JSON) == cdi.parse_spec(SPEC_JSON)  # JSON text in a .yaml file
+    assert cdi.parse_yaml_spec(SPEC_JSON.encode()) == cdi.parse_spec(SPEC_JSON)
+    summary = cdi.parse_yaml_spec(CTK_YAML)
+    assert dict((key, summary[key]) for key in ('kind', 'devices', 'driver_version')) == cdi.outline_yaml(CTK_YAML)
+
+
+@pytest.mark.parametrize('kind', ['list', 'map'])
+def test_a_spec_nested_64_levels_deep_is_read_and_65_refused(yaml_loader, kind):
+    # The spec itself is the first level; an extra member holds the rest.
+    at_limit = spec(set_at(['x'], nested(cdi.MAX_DEPTH - 1, kind=kind)))
+    over = spec(set_at(['x'], nested(cdi.MAX_DEPTH, kind=kind)))
+    assert cdi.parse_spec(at_limit) == cdi.parse_spec(SPEC_JSON)
+    with pytest.raises(cdi.CdiSpecError, match='the CDI spec is nested deeper than 64 levels'):
+        cdi.parse_spec(over)
+    for flow in (False, True):
+        assert cdi.parse_yaml_spec(yaml_spec(set_at(['x'], nested(cdi.MAX_DEPTH - 1, kind=kind)), flow)) == \
+            cdi.parse_spec(SPEC_JSON)
+        with pytest.raises(cdi.CdiSpecError, match='the CDI spec is nested deeper than 64 levels'):
+            cdi.parse_yaml_spec(yaml_spec(set_at(['x'], nested(cdi.MAX_DEPTH, kind=kind)), flow))
+
+
+@pytest.mark.parametrize('text', [
+    '[' * 5000 + ']' * 5000,
+    '{"a":' * 5000 + '1' + '}' * 5000,
+    '- ' * 5000 + 'x\n',
+    ''.join(' ' * level + 'k:\n' for level in range(5000)),
+], ids=['flow lists', 'flow maps', 'block lists', 'block maps'])
+def test_5000_levels_are_refused_not_a_recursion_error(yaml_loader, text):
+    # libyaml refuses a flow collection 1000 levels deep itself; ours stops at 65 everywhere else.
+    with pytest.raises(cdi.CdiSpecError, match='nested deeper than 64 levels|exceeded maximum nesting depth'):
+        cdi.parse_yaml_spec(text)
+    if text.startswith(('[', '{')):
+        with pytest.raises(cdi.CdiSpecError, match='nested deeper than 64 levels'):
+            cdi.parse_spec(text)
+
+
+def test_brackets_inside_json_strings_are_text():
+    assert cdi.parse_spec(spec(set_at(['x'], '[' * 5000 + '"\\"{' * 100))) == cdi.parse_spec(SPEC_JSON)
+
+
+# A billion laughs cut to 3 levels (729 laughs once expanded), so that a reader that expanded it would not take the
+# machine down with it; the full 9 levels run under a memory limit in tests/security/test_cdi_spec_hostile_files.py.
+ALIAS_BOMB = 'lol1: &lol1 [%s]\n' % ', '.join(['"lol"'] * 9) + ''.join(
+    'lol%d: &lol%d [%s]\n' % (level, level, ', '.join(['*lol%d' % (level - 1)] * 9)) for level in range(2, 4))
+
+
+@pytest.mark.parametrize('text, line', [
+    (ALIAS_BOMB, 1),
+    ('cdiVersion: 0.5.0\nkind: &k nvidia.com/gpu\ndevices: []\n', 2),  # an anchor alone
+    ('cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\nx: *undefined\n', 4),
+])
+def test_yaml_anchors_and_aliases_are_refused_before_anything_is_built(yaml_loader, text, line):
+    with pytest.raises(cdi.CdiSpecError, match='has a YAML anchor or alias at line %d' % line):
+        cdi.parse_yaml_spec(text)
+
+
+@pytest.mark.parametrize('value', ['!!binary aGVsbG8=', '!!set {a, b}', '!!timestamp 2024-01-01', '!!str 0.5.0',
+                                   '!!python/object/apply:os.system ["true"]', '!!omap [a: 1]', '! x', '!local x'])
+def test_explicit_yaml_tags_are_refused(yaml_loader, value):
+    with pytest.raises(cdi.CdiSpecError, match='has an explicit YAML tag at line 2'):
+        cdi.parse_yaml_spec('cdiVersion: 0.5.0\nx: %s\nkind: nvidia.com/gpu\ndevices: []\n' % value)
+
+
+def test_a_date_is_read_as_the_text_it_is(yaml_loader):
+    with_date = yaml_spec() + 'created: 2024-01-01\nexpires: 2001-12-14t21:59:43.10-05:00\n'
+    assert cdi.parse_yaml_spec(with_date) == cdi.parse_spec(SPEC_JSON)
+    with pytest.raises(cdi.CdiSpecError, match="cdiVersion '2024-01-01' is not a version"):
+        cdi.parse_yaml_spec(yaml_spec().replace('cdiVersion: 0.5.0', 'cdiVersion: 2024-01-01'))
+
+
+def test_the_number_of_values_is_bounded(yaml_loader, monkeypatch):
+    if yaml_loader == 'libyaml':  # PyYAML's own parser takes seconds for 100000 values
+        with pytest.raises(cdi.CdiSpecError, match='the CDI spec holds more than 100000 values'):
+            cdi.parse_yaml_spec('[%s]' % ','.join(['1'] * cdi.MAX_VALUES))
+    monkeypatch.setattr(cdi, 'MAX_VALUES', 1000)
+    # A flow list of n items is n + 1 YAML values; a mapping of n pairs 2n + 1.
+    with pytest.raises(cdi.CdiSpecError, match='the CDI spec is a list, not an object'):
+        cdi.parse_yaml_spec('[%s]' % ','.join(['1'] * 999))
+    with pytest.raises(cdi.CdiSpecError, match='the CDI spec holds more than 1000 values'):
+        cdi.parse_yaml_spec('[%s]' % ','.join(['1'] * 1000))
+    with pytest.raises(cdi.CdiSpecError, match='the CDI spec holds more than 1000 values'):
+        cdi.parse_yaml_spec('\n'.join('k%d: ""' % n for n in range(500)))
+
+
+def test_the_number_of_json_values_is_bounded():
+    with pytest.raises(cdi.CdiSpecError, match='the CDI spec is a list, not an object'):
+        cdi.parse_spec('[%s]' % ','.join(['1'] * (cdi.MAX_VALUES // 2)))
+    for many in ('[%s]' % ','.join(['1'] * (cdi.MAX_VALUES + 1)), '[%s]' % ','.join(['{}'] * cdi.MAX_VALUES),
+                 '{%s}' % ','.join('"k%d":""' % n for n in range(cdi.MAX_VALUES))):
+        with pytest.raises(cdi.CdiSpecError, match='the CDI spec holds more than 100000 values'):
+            cdi.parse_spec(many)
+
+
+def test_an_integer_of_more_than_64_characters_is_refused(yaml_loader):
+    at_limit = spec(set_at(['x'], int('9' * cdi.MAX_INTEGER_CHARS)))
+    assert cdi.parse_spec(at_limit) == cdi.parse_yaml_spec(at_limit) == cdi.parse_spec(SPEC_JSON)
+    for text in (spec(set_at(['x'], int('9' * (cdi.MAX_INTEGER_CHARS + 1)))), '{"x": %s}' % ('1' * 100000)):
+        for parse in (cdi.parse_spec, cdi.parse_yaml_spec):
+            with pytest.raises(cdi.CdiSpecError, match='holds an integer of [0-9]+ characters, more than 64'):
+                parse(text)
+
+
+@pytest.mark.parametrize('text, message', [
+    ('', 'is empty'),
+    ('---\n# nothing\n', 'is empty'),
+    (b'\xff\xfe', 'not UTF-8'),
+    ('x' * (cdi.MAX_SPEC_BYTES + 1), 'is 16777217 characters, more than the 16777216'),
+    ('a: [1, 2\n', 'not YAML: while parsing a flow sequence'),
+    ('a: 0b_\n', 'not YAML: invalid literal for int()'),
+    ('a: =\n', 'not YAML: could not determine a constructor'),
+    ('a: "\x00"\n', 'not YAML: unacceptable character #x0000'),
+    ('--- 1\n--- 2\n', 'not YAML: expected a single document'),
+    ('[1, 2]', 'the CDI spec is a list, not an object'),
+])
+def test_yaml_that_is_no_spec_is_a_cdi_spec_error(yaml_loader, text, message):
+    with pytest.raises(cdi.CdiSpecError) as raised:
+        cdi.parse_yaml_spec(text)
+    assert message in str(raised.value)

@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_apply 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_boot as boot
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 
-from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_cdi import SPEC_JSON
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_cdi import ALIAS_BOMB, SPEC_JSON
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason='the module runs as root; nvidia-ctk must be root\'s')
 
@@ -277,3 +277,66 @@ def test_absent_leaves_a_spec_of_another_kind(host):
     result = host.converge(Ctk(), state='absent')
     assert 'remove_spec' not in result['actions'] and spec.exists()
     assert 'not an NVIDIA GPU CDI spec (kind example.com/fpga)' in result['warnings'][0]
+
+
+HOSTILE = {  # name: (the spec on the host, what the reason says is wrong with it)
+    'alias bomb': (ALIAS_BOMB, ' has a YAML anchor or alias at line 1 '),
+    'date': ('cdiVersion: 2024-01-01\nkind: nvidia.com/gpu\ndevices: []\n', "'s cdiVersion '2024-01-01' is not"),
+    'deep lists': ('- ' * 5000 + 'x\n', ' is nested deeper than 64 levels)'),
+    'deep maps': (''.join(' ' * level + 'k:\n' for level in range(5000)), ' is nested deeper than 64 levels)'),
+    'binary': ('cdiVersion: !!binary aGVsbG8=\n', ' has an explicit YAML tag at line 1 '),
+}
+
+
+@pytest.mark.parametrize('name', sorted(HOSTILE))
+def test_a_spec_that_cannot_be_read_is_stale_naming_the_file_and_replaced(host, name):
+    text, wrong = HOSTILE[name]
+    spec = host.path(SPEC)
+    spec.parent.mkdir(parents=True)
+    spec.write_text(text)
+    result = host.converge(Ctk(), check_mode=True, boot=False)
+    assert result['actions'] == ['write_spec']
+    assert len(result['stale']) == 1
+    assert result['stale'][0].startswith('the spec on the host (%s) cannot be read as a CDI spec (the CDI spec%s'
+                                         % (SPEC, wrong))
+    assert spec.read_text() == text  # check mode wrote nothing
+    host.converge(Ctk(), boot=False)
+    assert spec.read_text() == Ctk()(['nvidia-ctk', '--format', 'yaml'])[1]
+
+
+def test_stale_reasons_say_what_is_wrong():
+    new = ca._cdi.parse_spec(SPEC_JSON)
+    for fmt, text, wrong in [('yaml', ALIAS_BOMB, 'has a YAML anchor or alias at line 1'),
+                             ('yaml', HOSTILE['deep maps'][0], 'is nested deeper than 64 levels'),
+                             ('json', '[' * 5000 + ']' * 5000, 'is nested deeper than 64 levels'),
+                             ('json', b'\xff', 'is not UTF-8 text')]:
+        path = '/etc/cdi/nvidia.' + fmt
+        reasons = ca.stale_reasons(text, new, fmt, path)
+        assert len(reasons) == 1
+        assert reasons[0].startswith('the spec on the host (%s) cannot be read as a CDI spec (the CDI spec %s'
+                                     % (path, wrong))
+
+
+def test_absent_leaves_a_spec_that_cannot_be_read_and_says_why(host):
+    spec = host.path(SPEC)
+    spec.parent.mkdir(parents=True)
+    spec.write_text(ALIAS_BOMB)
+    result = host.converge(Ctk(), state='absent', boot=False)
+    assert result['actions'] == [] and spec.read_text() == ALIAS_BOMB
+    assert result['warnings'] == ['%s cannot be read as a CDI spec (the CDI spec has a YAML anchor or alias at '
+                                  'line 1 (nvidia-ctk writes none)): left as it is' % SPEC]
+
+
+def test_a_failed_spec_write_names_the_spec_and_leaves_no_temp_directory_it_made(host, monkeypatch):
+    """The spec's temp file goes to a root-only sibling (/var/run/.cdi.gpufleet) made on the way: a write that fails
+    (a full or read-only disk) removes it again, and the error names the spec."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+
+    def full(path, data, **kwargs):
+        raise _host.write_failed(path, OSError(28, 'No space left on device'))
+    monkeypatch.setattr(_host, 'write_atomic', full)
+    with pytest.raises(Exception) as exc:
+        host.converge(Ctk())
+    assert str(host.path(SPEC)) in str(exc.value) and 'No space left on device' in str(exc.value), str(exc.value)
+    # the spec's own directory (made for it) stays; its temp directory is gone
+    assert sorted(os.listdir(str(host.path('/var/run')))) == ['cdi'], os.listdir(str(host.path('/var/run')))
