@@ -36,6 +36,8 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _memo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
 
+from test_memo_hostile import spoil  # noqa: E402 (the security layer's directory is on the path)
+
 VERSION = 'containerd github.com/containerd/containerd 1.7.24 61f9fd88\n'
 DUMP = 'version = 2\nroot = "/var/lib/containerd"\n[plugins]\n'
 UNITS = ['nvidia-persistenced', 'containerd', 'docker']
@@ -184,15 +186,7 @@ def contents(draw, good):
 
 def put(name, data):
     """``data`` as the memo file ``name``, as root keeps it."""
-    directory = _memo.directory()
-    if not os.path.isdir(directory):
-        os.mkdir(directory, 0o700)
-    path = os.path.join(directory, name)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    spoil(_memo.directory(), name, data)
 
 
 # ---------------------------------------------------------------- the reader and its users

@@ -72,30 +72,26 @@ def test_dumps_are_read_as_containerd_wrote_them():
     assert cd.loads_dump('version = 2\nIMPORTS = []\n', 'dump')['IMPORTS'] == []
 
 
-@pytest.mark.parametrize('text, line', [
-    ('[CRIO.runtime]\ndefault_runtime = "nvidia"\n', 1),
-    ('[crio.runtime]\nCDI_Spec_Dirs = ["/home/u/cdi"]\n', 2),
-    ('[crio.runtime.runtimes.nvidia]\nRuntime_Path = "/home/u/runc"\n', 2),
+CRIO = (cr.loads, '/etc/crio/crio.conf.d/10-site.conf', 'CRI-O')
+NVIDIA = (_cdi_mode.loads, '/etc/nvidia-container-runtime/config.toml', 'NVIDIA\'s runtime')
+
+
+@pytest.mark.parametrize('reader, text, line', [
+    (CRIO, '[CRIO.runtime]\ndefault_runtime = "nvidia"\n', 1),
+    (CRIO, '[crio.runtime]\nCDI_Spec_Dirs = ["/home/u/cdi"]\n', 2),
+    (CRIO, '[crio.runtime.runtimes.nvidia]\nRuntime_Path = "/home/u/runc"\n', 2),
     # BurntSushi's toml compares with EqualFold: U+017F is s
-    ('[crio.runtime]\n"cdi_\\u017fpec_dirs" = []\n', 2),
-])
-def test_crios_own_key_in_another_case_is_refused(text, line):
-    path = '/etc/crio/crio.conf.d/10-site.conf'
-    message = refusal(text, cr.loads, path)
-    assert message.startswith('%s line %d: the key ' % (path, line)) and 'CRI-O' in message, message
+    (CRIO, '[crio.runtime]\n"cdi_\\u017fpec_dirs" = []\n', 2),
+    (NVIDIA, '[nvidia-container-runtime]\nMODE = "cdi"\n', 2),
+    (NVIDIA, '[NVIDIA-CONTAINER-RUNTIME]\nmode = "cdi"\n', 1),
+    (NVIDIA, '[nvidia-container-runtime.modes.CDI]\nspec-dirs = ["/home/u/cdi"]\n', 1),
+], ids=lambda value: value[2] if isinstance(value, tuple) else None)
+def test_crios_and_nvidia_runtimes_own_key_in_another_case_is_refused(reader, text, line):
+    loads, path, program = reader
+    message = refusal(text, loads, path)
+    assert message.startswith('%s line %d: the key ' % (path, line)) and program in message, message
 
 
 def test_crio_runtime_names_keep_their_case():
     values = cr.loads('[crio.runtime.runtimes.Runtime_Path]\nruntime_path = "/usr/bin/runc"\n', 'x.conf')
     assert 'Runtime_Path' in values['crio']['runtime']['runtimes']
-
-
-@pytest.mark.parametrize('text, line', [
-    ('[nvidia-container-runtime]\nMODE = "cdi"\n', 2),
-    ('[NVIDIA-CONTAINER-RUNTIME]\nmode = "cdi"\n', 1),
-    ('[nvidia-container-runtime.modes.CDI]\nspec-dirs = ["/home/u/cdi"]\n', 1),
-])
-def test_nvidia_runtimes_own_key_in_another_case_is_refused(text, line):
-    path = '/etc/nvidia-container-runtime/config.toml'
-    message = refusal(text, _cdi_mode.loads, path)
-    assert message.startswith('%s line %d: the key ' % (path, line)) and 'NVIDIA\'s runtime' in message, message
