@@ -19,6 +19,7 @@ import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _json_splice as splice
 from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._toml_splice import fold
 
 DEFAULT_PATH = '/etc/docker/daemon.json'
 # Runtime names dockerd reserves for itself (moby daemon/config, 20.10+).
@@ -34,15 +35,41 @@ class DaemonJsonError(GpufleetError):
     """A daemon.json problem the user must fix; the message names the file and the problem."""
 
 
+# The keys of a runtime's entry dockerd reads (moby's ``system.Runtime``). Go's encoding/json matches a struct field
+# in any case, the last spelling in the file winning (measured on dockerd 20.10, 26.1 and 28.5: ``"Path"`` after
+# ``"path"`` is the path that runs); a top-level key in another case dockerd refuses itself ("directives don't match
+# any configuration option", measured with --validate on 26.1 and 28.5).
+RUNTIME_KEYS = ('path', 'runtimeArgs', 'runtimeType', 'options')
+
+
 def parse(text, path):
-    """The daemon.json text's top Node (None when empty), refusing what dockerd could not use."""
+    """The daemon.json text's top Node (None when empty), refusing what dockerd could not use, and any key this
+    module reads written in another case (``OUR_KEYS``, a runtime's ``RUNTIME_KEYS``): dockerd would read it
+    otherwise than this module, or refuse it."""
     node = splice.parse_document(text, path)
     if node is not None:
         runtimes = node.value.get('runtimes')
         if 'runtimes' in node.value and not isinstance(runtimes, dict):
             raise DaemonJsonError('%s: "runtimes" must be a JSON object mapping names to {"path": ...}, found %s. '
                                   'The file was left untouched.' % (path, splice.json_type(runtimes)))
+        _check_key_case(text, path, node.members, OUR_KEYS, '')
+        _, member = node.member('runtimes')
+        for runtime in (member.node.members or ()) if member is not None else ():
+            if runtime.node.kind == 'object':
+                _check_key_case(text, path, runtime.node.members, RUNTIME_KEYS,
+                                'runtimes.%s.' % json.dumps(runtime.key))
     return node
+
+
+def _check_key_case(text, path, members, keys, where):
+    folded = dict((fold(key), key) for key in keys)
+    for member in members or ():
+        known = folded.get(fold(member.key))
+        if known is not None and member.key != known:
+            raise DaemonJsonError('%s line %d: the key %s%s is dockerd\'s "%s" written in another case; dockerd '
+                                  'reads it otherwise than this module, or refuses it. Write "%s"; the file was left '
+                                  'untouched.' % (path, text.count('\n', 0, member.key_start) + 1, where,
+                                                  json.dumps(member.key), known, known))
 
 
 def config_of(text, path='daemon.json'):

@@ -170,6 +170,9 @@ options:
     default: 60
     aliases: [timeout]
 notes:
+  - A key of dockerd's own that the module reads written in another case (C("Runtimes"), or C("Path") in a runtime's
+    entry) is refused, naming the file and the line, as dockerd reads a runtime's keys in any case (the last
+    spelling in the file wins) and refuses a top-level key in another case.
   - "A restart stops running containers unless dockerd runs with C(live-restore) enabled; set
     C({\"live-restore\": true}) in C(daemon.json) on hosts where containers must survive dockerd restarts.
     A restart is only needed to remove settings; registering the runtime is a reload."

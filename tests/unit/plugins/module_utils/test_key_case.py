@@ -13,15 +13,16 @@ import pytest
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_mode
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
+from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError
 
 PATH = '/etc/containerd/config.toml'
 CRI = '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
 
 
 def refusal(text, loads=cd.loads, path=PATH):
-    with pytest.raises(DocumentError) as exc:
+    with pytest.raises(GpufleetError) as exc:  # DocumentError for the TOML readers, DaemonJsonError for daemon.json
         loads(text, path)
     return str(exc.value)
 
@@ -51,7 +52,8 @@ def test_containerds_own_key_in_another_case_is_refused_naming_the_line(text, li
 
 def test_names_keep_their_case_and_the_documented_spelling_is_read():
     text = ('version = 2\nimports = []\n' + CRI + '  default_runtime_name = "Options"\n'
-            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.Options]\n  runtime_type = "io.containerd.runc.v2"\n'
+            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.Options]\n'
+            '  runtime_type = "io.containerd.runc.v2"\n'
             '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.IMPORTS.options]\n  BinaryName = "/usr/bin/x"\n'
             '[plugins.Runtimes]\n')  # a plugin id and runtime names that look like keys: names, read as written
     values = cd.loads(text, PATH)
@@ -95,3 +97,22 @@ def test_crios_and_nvidia_runtimes_own_key_in_another_case_is_refused(reader, te
 def test_crio_runtime_names_keep_their_case():
     values = cr.loads('[crio.runtime.runtimes.Runtime_Path]\nruntime_path = "/usr/bin/runc"\n', 'x.conf')
     assert 'Runtime_Path' in values['crio']['runtime']['runtimes']
+
+
+@pytest.mark.parametrize('text, line, key', [
+    ('{"Runtimes": {}}', 1, '"Runtimes"'),
+    ('{\n  "DEFAULT-RUNTIME": "nvidia"\n}', 2, '"DEFAULT-RUNTIME"'),
+    ('{"runtimes": {\n  "nvidia": {"path": "nvidia-container-runtime",\n    "Path": "/home/u/runc"}}}', 3,
+     'runtimes."nvidia"."Path"'),
+    ('{"runtimes": {"x": {"path": "/bin/runc", "RuntimeArgs": ["--debug"]}}}', 1, 'runtimes."x"."RuntimeArgs"'),
+])
+def test_dockerds_own_key_in_another_case_is_refused(text, line, key):
+    path = '/etc/docker/daemon.json'
+    message = refusal(text, _daemon_json.parse, path)
+    assert message.startswith('%s line %d: the key %s is dockerd\'s ' % (path, line, key)), message
+
+
+def test_dockerd_names_and_maps_keep_their_case():
+    """Runtime names and ``features`` (a map of feature names) are names: ``CDI`` is not ``cdi`` to dockerd."""
+    node = _daemon_json.parse('{"runtimes": {"Path": {"path": "/bin/runc"}}, "features": {"CDI": true}}', 'd.json')
+    assert sorted(node.value) == ['features', 'runtimes']
