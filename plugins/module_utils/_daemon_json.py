@@ -53,7 +53,7 @@ def parse(text, path):
             raise DaemonJsonError('%s: "runtimes" must be a JSON object mapping names to {"path": ...}, found %s. '
                                   'The file was left untouched.' % (path, splice.json_type(runtimes)))
         _check_key_case(text, path, node.members, OUR_KEYS, '')
-        _, member = node.member('runtimes')
+        member = node.member('runtimes')[1]
         for runtime in (member.node.members or ()) if member is not None else ():
             if runtime.node.kind == 'object':
                 _check_key_case(text, path, runtime.node.members, RUNTIME_KEYS,

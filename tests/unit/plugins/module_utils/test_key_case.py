@@ -15,7 +15,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json
 from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
 
 PATH = '/etc/containerd/config.toml'
 CRI = '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
