@@ -10,7 +10,7 @@ overlays whose writes land in a tmpfs of the namespace (containerd makes
 /opt/containerd and /etc/cni/net.d wherever its config does not say
 otherwise), with tmpfs over ``PRIVATE`` (the daemon's own directories, /run),
 and its own files under ``base``: nothing on the host changes.
-``host_paths``/``new_host_paths`` let a test layer check that (its session
+``host.paths``/``new_host_paths`` let a test layer check that (its session
 fails when a run leaves a new path there). Every process it leaves behind
 (shims, container processes) is found by its private directory and ended by
 PID.
@@ -47,9 +47,9 @@ WATCH_DEPTH = 2
 
 @pytest.fixture(scope='session', autouse=True)
 def private_lock_dir(tmp_path_factory):
-    """``_host.LOCK_DIR`` (/run/gpufleet-locks) for a test session: a private 0700 directory, for every module run
+    """``host.locks.LOCK_DIR`` (/run/gpufleet-locks) for a test session: a private 0700 directory, for every module run
     in-process or as a child process; the machine's /run is never touched. A conftest imports it to use it. So is
-    node_state's memo (``_memo.MEMO_DIR``, /run/gpufleet-memo), in a directory beside it."""
+    node_state's memo (``host.memo.MEMO_DIR``, /run/gpufleet-memo), in a directory beside it."""
     path = str(tmp_path_factory.mktemp('gpufleet-locks'))
     os.chmod(path, 0o700)
     memo = str(tmp_path_factory.mktemp('gpufleet-memo'))
@@ -93,7 +93,7 @@ def host_paths(roots=COPY_ON_WRITE, depth=WATCH_DEPTH):
 
 
 def new_host_paths(before, roots=COPY_ON_WRITE, depth=WATCH_DEPTH):
-    """The paths under ``roots`` that ``host_paths`` did not list in ``before``, sorted."""
+    """The paths under ``roots`` that ``host.paths`` did not list in ``before``, sorted."""
     return sorted(host_paths(roots, depth) - before)
 
 

@@ -19,8 +19,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._drift import drift_report
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._host import write_atomic
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host.files import write_atomic
 
 
 def write_report(path, report):

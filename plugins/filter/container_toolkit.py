@@ -9,27 +9,27 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toolkit
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.toolkit import rules
 
 
 def _checked(url, suite, components, key):
-    request = {'state': 'present', 'version': '0', 'packages': list(_toolkit.PACKAGES), 'repo_url': url,
+    request = {'state': 'present', 'version': '0', 'packages': list(rules.PACKAGES), 'repo_url': url,
                'repo_suite': suite, 'repo_components': list(components or []), 'repo_key': key}
     try:
-        _toolkit.check_request(request)
-    except _toolkit.ToolkitError as exc:
+        rules.check_request(request)
+    except rules.ToolkitError as exc:
         raise AnsibleFilterError(str(exc))
     return request
 
 
 def container_toolkit_source(url, suite='/', components=None):
-    request = _checked(url, suite, components, _toolkit.KEY_BEGIN + _toolkit.KEY_END)
-    return _toolkit.render_source(request['repo_url'], request['repo_suite'], request['repo_components'])
+    request = _checked(url, suite, components, rules.KEY_BEGIN + rules.KEY_END)
+    return rules.render_source(request['repo_url'], request['repo_suite'], request['repo_components'])
 
 
 def container_toolkit_key(key):
     _checked('file:/', '/', [], key)
-    return _toolkit.render_key(key)
+    return rules.render_key(key)
 
 
 class FilterModule(object):

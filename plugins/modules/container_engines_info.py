@@ -90,14 +90,14 @@ engines:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engines
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import engines as concerns_engines
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(containerd_config=dict(type='path', default='/etc/containerd/config.toml')),
                            supports_check_mode=True)
-    result = _engines.detect(_module.runner(module), containerd_config=module.params['containerd_config'])
+    result = concerns_engines.detect(concerns_module.runner(module), containerd_config=module.params['containerd_config'])
     module.exit_json(changed=False, **result)
 
 

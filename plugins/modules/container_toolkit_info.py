@@ -159,13 +159,13 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._compile_once import compiled_once
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.compile_once import compiled_once
 
 
 def main():
-    # This concern's code alone (module_utils/_concern_container_toolkit.py), compiled once.
+    # This concern's code alone (module_utils/concerns/container_toolkit.py), compiled once.
     with compiled_once():
-        from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_container_toolkit import CONCERN
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.container_toolkit import CONCERN
     module = AnsibleModule(**CONCERN.module_args())
     module.exit_json(**CONCERN.run(module))
 

@@ -293,13 +293,13 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._compile_once import compiled_once
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.compile_once import compiled_once
 
 
 def main():
-    # This concern's code alone (module_utils/_concern_crio.py), compiled once (zipimport compiles each file twice).
+    # This concern's code alone (module_utils/concerns/crio.py), compiled once (zipimport compiles each file twice).
     with compiled_once():
-        from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_crio import CONCERN
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.crio import CONCERN
     module = AnsibleModule(**CONCERN.module_args())
     module.exit_json(**CONCERN.run(module))
 

@@ -335,13 +335,13 @@ verification:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._compile_once import compiled_once
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.compile_once import compiled_once
 
 
 def main():
-    # This concern's code alone (module_utils/_concern_docker.py), compiled once (zipimport compiles each file twice).
+    # This concern's code alone (module_utils/concerns/docker.py), compiled once (zipimport compiles each file twice).
     with compiled_once():
-        from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_docker import CONCERN
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.docker import CONCERN
     module = AnsibleModule(**CONCERN.module_args())
     module.exit_json(**CONCERN.run(module))
 

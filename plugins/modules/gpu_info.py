@@ -130,25 +130,25 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(_gpu.ACCESS_ARGUMENT_SPEC), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(backends.ACCESS_ARGUMENT_SPEC), supports_check_mode=True)
     try:
-        backend, answers = _gpu.open_backend(module.params, 'to read GPUs through NVML')
-    except _gpu.GpuError as exc:
+        backend, answers = backends.open_backend(module.params, 'to read GPUs through NVML')
+    except backends.GpuError as exc:
         module.fail_json(**exc.fail_json_args())
     try:
         with backend:
             gpus = backend.gpus()
             for gpu in gpus:
                 gpu['persistence_mode'] = backend.get_mode(gpu)
-    except _gpu.GpuError as exc:
+    except backends.GpuError as exc:
         module.fail_json(msg=str(exc))
-    daemon = _gpu.daemon_identity(os.path.dirname(module.params['socket_path']))
+    daemon = backends.daemon_identity(os.path.dirname(module.params['socket_path']))
     daemon['answers'] = answers
-    module.exit_json(changed=False, gpus=gpus, count=len(gpus), driver_version=_gpu.read_driver_version(),
+    module.exit_json(changed=False, gpus=gpus, count=len(gpus), driver_version=backends.read_driver_version(),
                      daemon=daemon, backend=backend.name)
 
 

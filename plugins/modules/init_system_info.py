@@ -134,7 +134,7 @@ evidence:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._init_system import detect
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.detect import detect
 
 
 def main():

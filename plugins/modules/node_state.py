@@ -244,14 +244,14 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._compile_once import compiled_once
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names import ENGINES
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.compile_once import compiled_once
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines.names import ENGINES
 
 
 def main():
-    # Our code, compiled once (module_utils/_compile_once.py: zipimport compiles each file twice).
+    # Our code, compiled once (module_utils/common/compile_once.py: zipimport compiles each file twice).
     with compiled_once():
-        from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
     module = AnsibleModule(
         argument_spec=dict(
             device_links=dict(type='dict'),
@@ -269,9 +269,9 @@ def main():
         ),
         supports_check_mode=True,
     )
-    # Each concern's code is imported when it is evaluated (_concerns.CONCERNS): compiled once as well.
+    # Each concern's code is imported when it is evaluated (concerns.registry.CONCERNS): compiled once as well.
     with compiled_once():
-        result, warnings, diffs = _node_state.evaluate(module, module.params, diff=module._diff)
+        result, warnings, diffs = concerns_node_state.evaluate(module, module.params, diff=module._diff)
     for warning in warnings:
         module.warn(warning)
     if module._diff:

@@ -300,13 +300,13 @@ backup_file:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._compile_once import compiled_once
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.compile_once import compiled_once
 
 
 def main():
-    # This concern's code alone (module_utils/_concern_persistenced.py), compiled once (zipimport compiles each file twice).
+    # This concern's code alone (module_utils/concerns/persistenced.py), compiled once (zipimport compiles each file twice).
     with compiled_once():
-        from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_persistenced import CONCERN
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.persistenced import CONCERN
     module = AnsibleModule(**CONCERN.module_args())
     module.exit_json(**CONCERN.run(module))
 

@@ -15,10 +15,10 @@ __metaclass__ = type
 
 from collections.abc import Mapping
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._engine_names import ENGINES
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines.names import ENGINES
 
 # ENGINES: the container engines, in the order the container_runtime role registers with them (module_utils'
-# _engine_names: the one list, on the hosts and here).
+# engines.names: the one list, on the hosts and here).
 # gpu_node's concerns, in the order it runs them.
 CONCERNS = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi') + ENGINES
 # The inner roles' results gpu_node publishes, with the device_links module's, by key of gpu_node_result.

@@ -5,7 +5,7 @@ For each input (``tests/benchmark/ctk_inputs``, plus CRLF copies made here) and 
 (Debian's dockerd 20.10 and containerd 1.6, each in a private mount namespace: the harnesses of tests/dockerd and
 tests/containerd), with a container running:
 
-* ours: the modules' own apply code (``_docker_apply.converge``, ``_containerd_apply.Converge``) with the test
+* ours: the modules' own apply code (``docker.apply.converge``, ``containerd.apply.Converge``) with the test
   layers' service (reload = SIGHUP to dockerd's PID, restart = stop + start), then ``state=absent``;
 * theirs: ``nvidia-ctk runtime configure --runtime=docker|containerd --config FILE``, run inside the engine's
   namespace (its containerd drop-in lands in that namespace's private /etc/containerd), then the restart its own
@@ -41,9 +41,10 @@ from containerd.conftest import LabService as ContainerdService  # noqa: E402
 from dockerd.conftest import LabDockerd, import_busybox  # noqa: E402
 from dockerd.conftest import LabService as DockerService  # noqa: E402
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd  # noqa: E402
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as capply  # noqa: E402
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as dapply  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply as capply  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts  # noqa: E402
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import apply as dapply  # noqa: E402
 
 INPUTS = os.path.join(REPO, 'tests', 'benchmark', 'ctk_inputs')
 CTK = os.path.join(REPO, '.cache', 'toolkit', 'bin', 'nvidia-ctk')
@@ -292,7 +293,7 @@ def docker_case(label, name, newline, default, tool, ctk_path, work):
             rc, out = ctk(lab, ctk_path, ['runtime', 'configure', '--runtime=docker', '--config', lab.config]
                           + (['--set-as-default'] if default else []))
             row['rerun'] = '%s; asks for a restart again: %s' % (rewrite(lab.config, after, inode, mtime),
-                                                                    yes(ctk_asks(out)))
+                                                                 yes(ctk_asks(out)))
     finally:
         lab.cleanup()
     return row
@@ -373,7 +374,7 @@ def containerd_case(label, name, newline, default, tool, ctk_path, work):
         if tool == 'ours':
             service = ContainerdService(lab)
             result = capply.Converge(capply.Request(path=lab.config, default_runtime=default or None), service,
-                                     capply.Tools(lab.run)).run(check_mode=False)
+                                     facts.Tools(lab.run)).run(check_mode=False)
             row['applied'] = '%s (%d restart)' % (result['action'], service.restarts)
         else:
             rc, out = ctk(lab, ctk_path, ['runtime', 'configure', '--runtime=containerd', '--config', lab.config]
@@ -406,16 +407,16 @@ def containerd_case(label, name, newline, default, tool, ctk_path, work):
         row['entry'] = dict(runtime_type=nvidia.get('runtime_type'), options=nvidia.get('options')) \
             if nvidia else None
         row['settings_same'] = differences(effective(dump, default), before)
-        row['cri'] = (capply.Tools(lab.run).plugins(lab.socket) or {}).get('cri')
+        row['cri'] = (facts.Tools(lab.run).plugins(lab.socket) or {}).get('cri')
         # A second run.
         inode, mtime = os.stat(lab.config).st_ino, os.stat(lab.config).st_mtime_ns
         if tool == 'ours':
             again = capply.Converge(capply.Request(path=lab.config, default_runtime=default or None),
-                                    ContainerdService(lab), capply.Tools(lab.run)).run(check_mode=False)
+                                    ContainerdService(lab), facts.Tools(lab.run)).run(check_mode=False)
             row['rerun'] = '%s; %s' % (again['action'], rewrite(lab.config, after, inode, mtime))
             gone = capply.Converge(capply.Request(path=lab.config, state='absent',
                                                   default_runtime=False if default else None),
-                                   ContainerdService(lab), capply.Tools(lab.run)).run(check_mode=False)
+                                   ContainerdService(lab), facts.Tools(lab.run)).run(check_mode=False)
             dump = lab.dump()
             now = task_line(lab)
             row['removal'] = ('state=absent: %s; file %s; effective config %s; container %s'
@@ -471,7 +472,7 @@ def cri_cell(row):
     if row.get('cri') == 'ok':
         return '; CRI plugin ok'
     return '; **CRI plugin %s**%s' % (row.get('cri'), ': %s' % row['cri_error'].replace('|', '\\|')
-                                       if row.get('cri_error') else '')
+                                      if row.get('cri_error') else '')
 
 
 def table(rows, removal_offered):
@@ -482,7 +483,7 @@ def table(rows, removal_offered):
     for row in rows:
         if 'error' in row:
             lines.append('| %s | %s | could not measure: %s |%s' % (row['input'], row['tool'], row['error'],
-                                                                      ' |' * 10))
+                                                                    ' |' * 10))
             continue
         kept, total, comments_kept, comments = row['kept']
         if row['tool'] == 'ours':
@@ -513,8 +514,8 @@ def findings(rows, removal_offered):
                                   if r['engine'] == 'dockerd'))
         out.append('daemon.json: nvidia-ctk writes the runtime as %s; dockerd reads `runtimeArgs`, not `args`, and '
                    '/info shows %s. Ours writes %s.' % (', '.join('`%s`' % e for e in entries),
-                                                       ', '.join(sorted(set(entry_text(r) for r in docker))),
-                                                       ', '.join('`%s`' % e for e in ours_entries)))
+                                                        ', '.join(sorted(set(entry_text(r) for r in docker))),
+                                                        ', '.join('`%s`' % e for e in ours_entries)))
         kept = sum(r['kept'][0] for r in docker), sum(r['kept'][1] for r in docker)
         out.append('daemon.json: nvidia-ctk rewrites the whole file: top-level keys sorted in %d of %d files, '
                    'line endings after %s, %d of %d input lines kept byte for byte; `\\u` escapes in the '
@@ -543,7 +544,7 @@ def findings(rows, removal_offered):
         comments = sum(r['kept'][2] for r in containerd), sum(r['kept'][3] for r in containerd)
         out.append('config.toml: main file after nvidia-ctk: %d of %d input lines kept, comment lines %d of %d, '
                    'line endings %s.' % (kept + comments + (', '.join(sorted(set(r['endings']
-                                                                                for r in containerd))),)))
+                                                                                 for r in containerd))),)))
         differ = [r['input'] for r in containerd if r['settings_same']]
         out.append('containerd: effective configuration other than the nvidia runtime changed in %d of %d cases '
                    '(%s).' % (len(differ), len(containerd), ', '.join(differ) or 'none'))

@@ -30,7 +30,8 @@ from privatedaemon import COPY_ON_WRITE, PrivateDaemon, host_left_untouched, pri
 
 import engines  # noqa: E402 (privatedaemon puts tests/engines on the path)
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+
 
 CONTAINERD = shutil.which('containerd') or '/usr/bin/containerd'
 CTR = shutil.which('ctr') or '/usr/bin/ctr'
@@ -95,7 +96,7 @@ class LabContainerd(PrivateDaemon):
         """The effective configuration of ``path`` (default: the lab's config.toml), as containerd computes it."""
         rc, out, err = self.run([CONTAINERD, '--config', path or self.config, 'config', 'dump'])
         assert rc == 0, err
-        return apply.cd.loads_dump(out, 'dump')
+        return cd.loads_dump(out, 'dump')
 
     def ctr(self, *args):
         rc, out, err = self.run([CTR, '--address', self.socket] + list(args))
@@ -199,5 +200,3 @@ def make_busybox_rootfs(lab):
 def pytest_configure(config):
     config.addinivalue_line('markers', 'config_toml(body, head=, newline=, files=, grpc_last=, final_newline=): the '
                             'lab config.toml (version, head, its own paths, body) and files beside it')
-
-

@@ -33,8 +33,9 @@ from multiprocessing.connection import wait
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
 
 from .conftest import RUNTIMES, SANDBOX_IMAGE, LabService
 
@@ -127,7 +128,7 @@ def one_run(conn, go, holder, config, name):
         go.wait(30)
         started = time.time()
         request = apply.Request(path=config, name=name, runtime_path=RUNTIME)
-        result = apply.Converge(request, RemoteService(conn), apply.Tools(run)).run()
+        result = apply.Converge(request, RemoteService(conn), facts.Tools(run)).run()
         conn.send(('done', name, started, time.time(),
                    {key: result[key] for key in ('action', 'file_changed', 'changes', 'msg')}))
     except BaseException:  # the parent reports it: a run that failed is a finding, not a crash of the test
@@ -224,7 +225,7 @@ def test_concurrent_runs_with_different_names_lose_nothing(lab_containerd, body)
         assert read(lab.config).startswith(original)
         # containerd answers with its CRI plugin, and nothing is left behind: no temp, probe or backup file
         # beside config.toml (the lock is a flock on the directory, no file), no process but containerd.
-        assert apply.Tools(lab.run).plugins(lab.socket).get('cri') == 'ok'
+        assert facts.Tools(lab.run).plugins(lab.socket).get('cri') == 'ok'
         assert sorted(os.listdir(lab.base)) == entries
         assert lab.leftovers() == [lab.pid()]
     assert rounds >= 2, 'only %d round in %ss (one took %.1fs)' % (rounds, BUDGET, last)

@@ -24,8 +24,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 from .conftest import CONTAINERD, CONTAINERD2, RUNTIMES, SANDBOX_IMAGE, LabContainerd, engines, settings
 from .crilog import runtimes as cri_runtimes

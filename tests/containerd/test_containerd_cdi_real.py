@@ -18,9 +18,10 @@ import re
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 from .conftest import CONTAINERD, CONTAINERD2, CRI_RUNTIME
 from .test_containerd_runtime_real import KUBE, converge, cri_status, read
@@ -31,7 +32,7 @@ DEFAULT_DIRS = ['/etc/cdi', '/var/run/cdi']
 
 
 def version(lab):
-    return apply.Tools(lab.run).version()
+    return facts.Tools(lab.run).version()
 
 
 def refused_without_cdi(lab):

@@ -17,9 +17,10 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 from .conftest import DEFAULT, LabService
 from .crilog import runtimes as cri_runtimes
@@ -40,7 +41,7 @@ INSTALLER = '''[plugins]
 def converge(lab, **kwargs):
     kwargs.setdefault('runtime_path', RUNTIME)
     service = LabService(lab)
-    result = apply.Converge(apply.Request(path=lab.config, **kwargs), service, apply.Tools(lab.run)).run()
+    result = apply.Converge(apply.Request(path=lab.config, **kwargs), service, facts.Tools(lab.run)).run()
     return result, service
 
 
@@ -56,7 +57,7 @@ def cri_started_with(lab):
 
 
 def cri_status(lab):
-    plugins = apply.Tools(lab.run).plugins(lab.socket)
+    plugins = facts.Tools(lab.run).plugins(lab.socket)
     assert plugins is not None, 'containerd does not answer: %s' % lab.log_tail()
     return plugins.get('cri')
 

@@ -16,9 +16,10 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 from .conftest import CONTAINERD2, DEFAULT, RUNTIMES, SANDBOX_IMAGE, LabService
 
@@ -39,7 +40,7 @@ def converge(lab, service=None, check_mode=False, **kwargs):
     kwargs.setdefault('runtime_path', RUNTIME)
     request = apply.Request(path=lab.config, **kwargs)
     service = service or LabService(lab)
-    tools = apply.Tools(lab.run)
+    tools = facts.Tools(lab.run)
     return apply.Converge(request, service, tools).run(check_mode=check_mode), service
 
 
@@ -58,7 +59,7 @@ def without(values, path):
 
 
 def cri_status(lab):
-    return apply.Tools(lab.run).plugins(lab.socket).get('cri')
+    return facts.Tools(lab.run).plugins(lab.socket).get('cri')
 
 
 @pytest.mark.config_toml(KUBE)

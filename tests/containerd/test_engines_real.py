@@ -16,8 +16,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engines
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import engines
 
 from .conftest import CONTAINERD2
 
@@ -27,9 +27,9 @@ from .conftest import CONTAINERD2
 @pytest.mark.config_toml('', head='disabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
 def test_a_containerd_without_cri_is_left_out_of_auto(lab_containerd):
     lab = lab_containerd
-    plugins = apply.Tools(lab.run).plugins(lab.socket)
+    plugins = facts.Tools(lab.run).plugins(lab.socket)
     assert plugins and 'cri' not in plugins  # the running containerd has no CRI plugin
-    found = _engines.containerd_cri(apply.Tools(lab.run), lab.config)
+    found = engines.containerd_cri(facts.Tools(lab.run), lab.config)
     assert found['auto'] is False and found['cri_disabled'] == 'io.containerd.grpc.v1.cri', found
     assert lab.config in found['reason']
 
@@ -42,7 +42,7 @@ def test_the_docker_packages_version_1_file_is_left_out_of_auto(lab_containerd):
     docker_file = os.path.join(lab.base, 'containerd-io.toml')
     with open(docker_file, 'w') as handle:
         handle.write('disabled_plugins = ["cri"]\n')
-    found = _engines.containerd_cri(apply.Tools(lab.run), docker_file)
+    found = engines.containerd_cri(facts.Tools(lab.run), docker_file)
     assert found['auto'] is False, found
     assert found['cri_disabled'] == ('io.containerd.grpc.v1.cri' if CONTAINERD2 else 'cri'), found
 
@@ -50,6 +50,6 @@ def test_the_docker_packages_version_1_file_is_left_out_of_auto(lab_containerd):
 @pytest.mark.config_toml('')
 def test_a_containerd_with_cri_is_taken(lab_containerd):
     lab = lab_containerd
-    assert apply.Tools(lab.run).plugins(lab.socket).get('cri') == 'ok'
-    found = _engines.containerd_cri(apply.Tools(lab.run), lab.config)
+    assert facts.Tools(lab.run).plugins(lab.socket).get('cri') == 'ok'
+    found = engines.containerd_cri(facts.Tools(lab.run), lab.config)
     assert found['auto'] is True and found['cri_disabled'] is None, found

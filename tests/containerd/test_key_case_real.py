@@ -6,7 +6,7 @@
 containerd 1.x decodes its configuration with go-toml v1 and 2.x with go-toml v2, whose rules for a key that differs
 from a struct field's documented spelling are not the same. Measured here, not assumed: for each spelling of
 ``imports`` and ``default_runtime_name``, ``config dump`` says whether this containerd reads it; every spelling it
-reads, other than the documented one, must be refused by the collection's reader (``_containerd.loads``, which every
+reads, other than the documented one, must be refused by the collection's reader (``containerd.config.loads``, which every
 file containerd_runtime and node_state read goes through), naming the file and line. The documented spelling must be
 read by both. And node_state on such a file reports the refusal instead of a verdict (issue 45: with the memo it had
 answered "converged" for a file whose ``IMPORTS`` it did not see).
@@ -26,8 +26,9 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import toml_splice as ts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
 
 from .conftest import CONTAINERD, CONTAINERD2, CRI_RUNTIME, settings
 
@@ -81,7 +82,7 @@ def test_every_spelling_of_default_runtime_name_containerd_reads_is_refused_but_
     seen = {}
     for key in DEFAULT_RUNTIME_NAME:
         text = 'version = %d\n[%s.containerd]\n  %s = "zz"\n' % (
-            3 if CONTAINERD2 else 2, cd.ts.dotted(CRI_RUNTIME), key)
+            3 if CONTAINERD2 else 2, ts.dotted(CRI_RUNTIME), key)
         values, path = dump(lab, text)
         seen[key] = (cd.get(values, CRI_RUNTIME + ('containerd', 'default_runtime_name')) == 'zz', ours(text, path))
     assert seen['default_runtime_name'] == (True, 'read'), seen

@@ -13,8 +13,8 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 from .conftest import CONTAINERD2, RUNTIMES, settings
 from .crilog import runtimes as cri_runtimes

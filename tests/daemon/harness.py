@@ -41,7 +41,7 @@ def missing_prerequisites():
     return fakehost.missing_prerequisites(
         tools=("unshare", "setpriv", "prlimit"), system_python="it runs our daemon and clients as nobody",
         python38_needed=True, files=[OURS], users=["nobody"],
-        collection=["_persistenced_rpc", "_persistence_state"])
+        collection=["gpu.rpc", "gpu.state"])
 
 
 # ---- fake hosts --------------------------------------------------------------

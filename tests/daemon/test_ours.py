@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state
 
 import harness
 from harness import NOBODY, Conn, bdf, call_message, dev_args, ints, record

@@ -30,9 +30,9 @@ import pytest
 import gpuhost
 from privatedaemon import COPY_ON_WRITE, PrivateDaemon, host_left_untouched, private_lock_dir  # noqa: F401 (fixtures)
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, DockerAPIError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import dockerd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker.api import DockerAPI, DockerAPIError
 
 DOCKERD = shutil.which('dockerd') or '/usr/sbin/dockerd'
 BUSYBOX = '/bin/busybox'
@@ -78,8 +78,8 @@ class LabDockerd(PrivateDaemon):
             return False
 
     def pid(self):
-        pid = _host.read_pid_file(self.pidfile)
-        if pid and _host.process_name(pid) == 'dockerd':
+        pid = procs.read_pid_file(self.pidfile)
+        if pid and procs.process_name(pid) == 'dockerd':
             return pid
         return None
 
@@ -118,7 +118,7 @@ class LabService(dockerd.Dockerd):
         if not self.flags_visible:
             return []
         pid = self.pid()
-        return _host.process_argv(pid)[1:] if pid else self.lab.argv()[1:]
+        return procs.process_argv(pid)[1:] if pid else self.lab.argv()[1:]
 
     def recent_log(self, since=None):
         return self.lab.log_tail()
@@ -192,5 +192,3 @@ def import_busybox(lab, tarball):
 def pytest_configure(config):
     config.addinivalue_line('markers', 'dockerd_flags(*flags): extra flags for the lab dockerd')
     config.addinivalue_line('markers', 'daemon_json(text): initial daemon.json of the lab dockerd')
-
-

@@ -22,9 +22,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import dockerd
 
 from .conftest import DOCKERD, LabService
 
@@ -195,7 +195,7 @@ def test_dockerd_not_running_defers(lab_dockerd):
 WORKER = textwrap.dedent('''
     import sys
     sys.path.insert(0, %(collections)r)
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import apply
 
     class NoDockerd(object):
         def pid(self): return None
@@ -402,7 +402,7 @@ def test_apply_none_does_not_depend_on_a_dockerd_that_does_not_answer(lab_docker
     dockerd is stopped (SIGSTOP): its socket still accepts, it never answers. Both for the file it reads and for
     another file, apply=none writes and succeeds; asked to apply, the module still refuses.
     """
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker.api import DockerAPI
     lab = lab_dockerd
     pid = lab.pid()
     api = DockerAPI(lab.socket, timeout=2)

@@ -15,9 +15,9 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import apply
 
 from .conftest import LabService
 from .test_docker_runtime_dockerd import read

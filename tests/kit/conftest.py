@@ -24,7 +24,7 @@ from pytest_fakehost import host, make_host, nvidia, require  # noqa: E402,F401 
 def driverkit():
     require("the driver kit's tests", fakehost.missing_prerequisites(
         real_nvml=True, pynvml=True, system_python="it runs pynvml as nobody",
-        collection=["_persistenced_rpc"]))
+        collection=["gpu.rpc"]))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 import fakehost
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 
 GPU0, GPU1 = "0000:01:00.0", "0000:02:00.0"
 

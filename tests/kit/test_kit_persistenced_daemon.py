@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 
 import fakehost
 from fakehost import wait_gone
@@ -201,7 +201,7 @@ def test_default_syslog_has_no_per_gpu_lines(host):
     host.wait_log("Shutdown (%d)" % pid)
     lines = host.syslog.lines()
     assert [line.split(": ", 1)[1] for line in lines] == ["Started (%d)" % pid,
-                                                           "Shutdown (%d)" % pid]
+                                                          "Shutdown (%d)" % pid]
 
 
 def test_restart_drops_per_gpu_choices(host):
@@ -385,7 +385,7 @@ def test_get_latency(host, record_property):
 PY38_CLIENT = r"""
 import sys
 sys.path.insert(0, sys.argv[2])
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 with rpc.PersistencedClient(sys.argv[1]) as c:
     c.null()
     c.set_persistence_mode("00000000:02:00.0", 0)
@@ -412,7 +412,7 @@ def test_client_on_python38_against_nvidia_daemon(host):
 NOBODY_CLIENT = r"""
 import sys
 sys.path.insert(0, sys.argv[2])
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 try:
     with rpc.PersistencedClient(sys.argv[1]) as c:
         c.set_persistence_mode("0000:01:00.0", 0)

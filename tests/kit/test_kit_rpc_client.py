@@ -11,7 +11,7 @@ import time
 import pytest
 from hypothesis import given, strategies as st
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 
 
 # ---- PCI bus ids ------------------------------------------------------------

@@ -187,8 +187,8 @@ def test_every_spelling_of_the_mode_the_runtime_reads_is_refused_by_runtime_mode
     every spelling the runtime takes but the documented one, so the two never read one file differently. The
     runtime's mode is read from its own trace log ("Running with config"), written before it looks at the bundle.
     Measured on 1.20.0: the table and the key are read as written and in upper case, not in mixed case."""
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_mode
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import mode as cdi_mode
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
     seen = {}
     for key in ("mode", "MODE", "Mode"):
         log = tmp_path / ("log-%s-%s" % (table, key))
@@ -205,7 +205,7 @@ def test_every_spelling_of_the_mode_the_runtime_reads_is_refused_by_runtime_mode
         else:  # the runtime read none of the table (its debug key is in it)
             runtime_reads = False
         try:
-            _cdi_mode.loads(text, str(config))
+            cdi_mode.loads(text, str(config))
             ours = "read"
         except DocumentError as exc:
             assert "written in another case" in str(exc) and str(config) in str(exc), str(exc)

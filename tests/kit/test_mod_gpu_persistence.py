@@ -35,7 +35,7 @@ def run_module(host, name, check_mode=False, diff=False, lib_dir=None, **args):
     os.unlink(handle.name)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert lines, "module %s printed no JSON: rc=%d stdout=%r stderr=%r" % (name, proc.returncode, proc.stdout,
-                                                                           proc.stderr)
+                                                                            proc.stderr)
     return proc.returncode, json.loads(lines[-1])
 
 
@@ -214,8 +214,8 @@ def test_set_as_non_root_names_become(make_host):
     assert host.nvml(code, user="nobody") == {"result": "NVMLError_NoPermission"}
     sys.path.insert(0, COLLECTIONS)
     import pynvml
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
-    message = _gpu.nvml_error_message(pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION), "setting persistence on")
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
+    message = backends.nvml_error_message(pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION), "setting persistence on")
     assert "become: true" in message
 
 

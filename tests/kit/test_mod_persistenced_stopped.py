@@ -14,8 +14,8 @@ from fakehost import wait_gone
 from test_mod_gpu_persistence import STATE, run_module
 from test_mod_persistenced_sysv import DAEMONS, daemon_host, install_script, modes, pid_of, service
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
 
 RECORDED = [{"gpu": 0, "mode": "enabled"}, {"gpu": 1, "mode": "disabled"},
             {"gpu": 2, "mode": "disabled"}, {"gpu": 3, "mode": "enabled"}]
@@ -49,7 +49,7 @@ def holders_of_host_devices(host):
 
 def device_files_held_by(pid):
     """The NVIDIA device files ``pid`` holds, as persistenced's stopped run reads them from /proc."""
-    for holder in _host.open_file_holders((pd.DEVICE_PREFIX,)):
+    for holder in procs.open_file_holders((pd.DEVICE_PREFIX,)):
         if holder["pid"] == pid:
             return holder["paths"]
     return []

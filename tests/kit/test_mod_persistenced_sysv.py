@@ -18,8 +18,8 @@ import pytest
 import fakehost
 from fakehost import wait_gone
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 
 STATE = "/run/gpufleet/persistence.json"
 

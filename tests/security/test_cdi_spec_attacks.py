@@ -1,6 +1,6 @@
 """Root (cdi_spec) writes NVIDIA's CDI spec and its boot refresh: an unprivileged user must not steer the writes.
 
-Root runs the collection's own code (``_concern_cdi.run``, what the module runs) with a fake Module, in a
+Root runs the collection's own code (``concerns.cdi.run``, what the module runs) with a fake Module, in a
 forked child in a private mount namespace: ``/run`` (so ``/var/run/cdi`` and ``/run/cdi``) and
 ``/usr/local/sbin`` are empty tmpfs mounts and ``/etc`` an overlay whose writes stay in the namespace, so the
 machine's own /etc, /run and init system are never touched. The attacker is a real unprivileged process
@@ -38,15 +38,15 @@ import traceback
 import pytest
 
 import fakehost
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_boot
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import boot as cdi_boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import cdi as concerns_cdi
 
 TOOLKIT_CTK = os.path.join(fakehost.REPO_DIR, ".cache", "toolkit", "bin", "nvidia-ctk")
 # Each race runs this long (the whole file stays under a minute).
 RACE = min(float(os.environ.get("GPUFLEET_SECURITY_SECONDS", "4")), 2.0)
 SECRET = b"TOPSECRET root-only bytes\n"
 SPEC = "/var/run/cdi/nvidia.yaml"
-SCRIPT = _cdi_boot.SCRIPT_PATH
+SCRIPT = cdi_boot.SCRIPT_PATH
 
 # Runs as the stranger (in root's namespace) until argv[5], a wall-clock time.
 # plant:  links at the file ``dir/name`` and at every temp file root makes beside it
@@ -114,11 +114,11 @@ class Refused(Exception):
 
 
 class Module(object):
-    """What ``_concern_cdi.run`` uses of AnsibleModule. nvidia-ctk runs for real (the stand-in); init tools
+    """What ``concerns.cdi.run`` uses of AnsibleModule. nvidia-ctk runs for real (the stand-in); init tools
     are recorded, never run: the namespace has no init system of its own."""
 
     def __init__(self, **params):
-        self.params = dict((name, option.get('default')) for name, option in _concern_cdi.SPEC.items())
+        self.params = dict((name, option.get('default')) for name, option in concerns_cdi.SPEC.items())
         self.params.update(boot=False, boot_unit='gpufleet', init_system='sysvinit')
         self.params.update(params)
         self.check_mode = False
@@ -150,7 +150,7 @@ def run_module(**params):
     """One run: {'outcome': 'written' | 'refused' | 'raised', 'msg', 'ran' (commands), 'leaked' (kwargs as JSON)}."""
     module = Module(**params)
     try:
-        result = _concern_cdi.run(module)
+        result = concerns_cdi.run(module)
         found = {'outcome': 'written', 'msg': '', 'actions': result['actions']}
     except Refused as exc:
         found = {'outcome': 'refused', 'msg': str(exc), 'actions': exc.kwargs.get('actions'),
@@ -243,7 +243,7 @@ def specs():
     fakehost.layout(host, fakehost.example_description(2))
     fakehost.ld_cache(host)
     found = {}
-    env = dict(os.environ, **_cdi_boot.ENVIRONMENT)
+    env = dict(os.environ, **cdi_boot.ENVIRONMENT)
     for names in (('index', 'uuid'), ('index',)):
         for fmt in ('yaml', 'json'):
             argv = [TOOLKIT_CTK, '--quiet', 'cdi', 'generate', '--format', fmt, '--output=']
@@ -416,7 +416,7 @@ def test_a_link_at_the_spec_path_is_not_written_through(sandbox, stranger, specs
     """The directory is root's 0755: the stranger could not plant the link there, so root plants it, standing
     in for one left from a time the directory was open (or, for the hard link, for a host without
     fs.protected_hardlinks). A root-owned link to an existing file is root's own choice and is followed by
-    design (``_host.resolve_path``), so it is not an attack."""
+    design (``host.paths.resolve_path``), so it is not an attack."""
     ctk = stand_in(sandbox, specs)
     vault = make_vault(sandbox)
     secret, created = os.path.join(vault, 'secret'), os.path.join(vault, 'created-by-root')
@@ -599,7 +599,7 @@ def test_an_nvidia_ctk_another_user_can_change_is_never_run(sandbox, stranger, s
 
 
 def test_a_world_writable_directory_on_nvidia_ctks_path_does_not_put_a_strangers_hook_in_the_spec(sandbox, stranger, specs):
-    """nvidia-ctk writes into the spec the ``nvidia-cdi-hook`` it finds on PATH (``_cdi_boot.ENVIRONMENT``:
+    """nvidia-ctk writes into the spec the ``nvidia-cdi-hook`` it finds on PATH (``cdi.boot.ENVIRONMENT``:
     /usr/local/sbin:/usr/local/bin:...), and every container engine then runs that program as root when it
     creates a GPU container. With /usr/local/bin open to every user, the stranger's program must not end up
     there: root refuses (naming the directory) or writes a spec without it. NVIDIA's real nvidia-ctk runs
@@ -695,7 +695,7 @@ def test_a_strangers_boot_script_that_matches_is_still_refused(sandbox, stranger
         private_host(sandbox)
         make_dir('/run/cdi')
         tmpfs('/usr/local/sbin', stranger)
-        text = _cdi_boot.render_script(SPEC, ctk, ['index', 'uuid'], 'yaml')
+        text = cdi_boot.render_script(SPEC, ctk, ['index', 'uuid'], 'yaml')
         res = stranger.python('import sys; open(sys.argv[1], "w").write(sys.argv[2])', SCRIPT, text)
         assert res.returncode == 0, res.stderr
         os.chmod(SCRIPT, 0o755)  # the stranger's own file: it could chmod it too
@@ -734,7 +734,7 @@ def test_state_absent_removes_nothing_through_a_directory_the_stranger_owns(sand
     victim_dir = make_dir(os.path.join(sandbox, 'victim'))
     victim = os.path.join(victim_dir, 'gpufleet-cdi-refresh')
     with open(victim, 'w') as handle:
-        handle.write(_cdi_boot.render_script(SPEC, ctk, ['index', 'uuid'], 'yaml'))
+        handle.write(cdi_boot.render_script(SPEC, ctk, ['index', 'uuid'], 'yaml'))
 
     def body():
         private_host(sandbox)
@@ -786,9 +786,9 @@ def test_no_other_user_can_hold_the_boot_refresh_lock(sandbox, stranger):
     os.chmod(ctk, 0o755)
     script = os.path.join(sandbox, 'refresh')
     with open(script, 'w') as handle:
-        handle.write(_cdi_boot.render_script(spec, ctk, ['index', 'uuid'], 'yaml'))
+        handle.write(cdi_boot.render_script(spec, ctk, ['index', 'uuid'], 'yaml'))
     assert subprocess.run(['sh', script], check=False).returncode == 0
-    private = _cdi_boot.temp_directory(os.path.dirname(spec))
+    private = cdi_boot.temp_directory(os.path.dirname(spec))
     assert stat.S_IMODE(os.stat(private).st_mode) == 0o700 and os.stat(private).st_uid == 0
     deadline = time.time() + RACE
     attacker = stranger.popen([fakehost.SYSTEM_PYTHON, '-c', HOLD_THE_LOCK, private, str(deadline)],

@@ -6,7 +6,7 @@ nvidia-ctk, so its text is untrusted: a YAML date made the old reader raise Type
 RecursionError, and a 700-byte alias bomb expanded to about 13 GB before any check.
 
 Each test writes one hostile file at the spec path of a host tree in a root-owned sandbox and runs the module's
-own run (``_cdi_apply.CdiRun.converge``, with the tree as its root, nvidia-ctk a stand-in printing NVIDIA's real
+own run (``apply.CdiRun.converge``, with the tree as its root, nvidia-ctk a stand-in printing NVIDIA's real
 spec) in a child process under a 1 GiB address-space limit (RLIMIT_AS) and a timeout. The run must end
 cleanly and quickly: the spec reported stale with a reason that names the file and says what is wrong, then
 replaced by nvidia-ctk's (check mode: left as it is); or, for a file the host layer does not read at all (larger
@@ -27,8 +27,8 @@ import yaml
 
 import fakehost
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import spec as spec_mod
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import apply
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_cdi import SPEC_JSON
 
 ADDRESS_SPACE = 1 << 30
@@ -56,13 +56,13 @@ import json, sys, time
 import yaml
 if sys.argv[5] == 'pure':
     del yaml.CSafeLoader
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 root, path, generated, mode = sys.argv[1:5]
 with open(generated) as handle:
     out = handle.read()
-request = _cdi_apply.Request(path=path, boot=False, state='absent' if mode == 'absent' else 'present')
-run = _cdi_apply.CdiRun(request, lambda argv, data=None: (0, '', ''), lambda argv: (0, out, ''), None, {},
+request = apply.Request(path=path, boot=False, state='absent' if mode == 'absent' else 'present')
+run = apply.CdiRun(request, lambda argv, data=None: (0, '', ''), lambda argv: (0, out, ''), None, {},
                         check_mode=mode == 'check', root=root, host='h1')
 start = time.monotonic()
 try:
@@ -210,18 +210,18 @@ def test_a_spec_that_is_not_utf8_is_refused_naming_the_file(sandbox, parser, pat
     assert answer['outcome'] == 'refused' and path in answer['msg'] and 'not valid UTF-8' in answer['msg'], answer
     with open(spec, 'rb') as handle:
         assert handle.read() == content
-    reasons = _cdi_apply.stale_reasons(content, _cdi.parse_spec(SPEC_JSON), _cdi.spec_format(path), path)
+    reasons = apply.stale_reasons(content, spec_mod.parse_spec(SPEC_JSON), spec_mod.spec_format(path), path)
     assert reasons[0].startswith('the spec on the host (%s) cannot be read as a CDI spec (the CDI spec is not UTF-8 '
                                  'text' % path)
 
 
 @pytest.mark.parametrize('path', [SPEC, SPEC_AS_JSON])
 def test_a_spec_over_the_size_limit_is_refused_naming_the_file(sandbox, parser, path):
-    content = '[' * (_cdi.MAX_SPEC_BYTES + 1)
+    content = '[' * (spec_mod.MAX_SPEC_BYTES + 1)
     spec, generated = host_tree(sandbox, path, content)
     answer = run_child(sandbox, path, generated, 'present', parser)
     assert answer['outcome'] == 'refused' and path in answer['msg'] and 'refused' in answer['msg'], answer
-    assert os.path.getsize(spec) == _cdi.MAX_SPEC_BYTES + 1
-    reasons = _cdi_apply.stale_reasons(content, _cdi.parse_spec(SPEC_JSON), _cdi.spec_format(path), path)
+    assert os.path.getsize(spec) == spec_mod.MAX_SPEC_BYTES + 1
+    reasons = apply.stale_reasons(content, spec_mod.parse_spec(SPEC_JSON), spec_mod.spec_format(path), path)
     assert reasons == ['the spec on the host (%s) cannot be read as a CDI spec (the CDI spec is 16777217 characters, '
                        'more than the 16777216 this reader takes)' % path]

@@ -6,7 +6,7 @@ an exclusive flock. A flock needs only an open descriptor, and anyone can open a
 0755 directory such as /etc/containerd: on the code before this rule a stranger's
 flock on the directory held every run for 120 s, then failed it, check mode
 included. The lock is now a file in a directory only root can open
-(``_host.LOCK_DIR``, 0700), so the stranger's lock on the directory holds nothing,
+(``host.locks.LOCK_DIR``, 0700), so the stranger's lock on the directory holds nothing,
 and root's own runs still wait for each other.
 
 Each run here is a real child process with a limit well inside the 120 s the
@@ -25,8 +25,8 @@ import pytest
 
 from conftest import ATTACKER_PYTHON, COLLECTIONS
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import locks as host_locks
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
 
 CONTAINERD = shutil.which("containerd") or "/usr/bin/containerd"
 LIMIT = 40  # seconds for one run: the lock waits 120 s for a holder
@@ -59,15 +59,16 @@ RUN = textwrap.dedent(r'''
         def flags(self): return []
 
     if engine == 'docker':
-        from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import apply
         result = apply.converge(apply.Request(path=path, apply='none'), NoService(), api=None, check_mode=check)
     elif engine == 'containerd':
-        from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-        result = apply.Converge(apply.Request(path=path, apply='none'), NoService(),
-                                apply.Tools(run, containerd=sys.argv[5])).run(check_mode=check)
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply as capply
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+        result = capply.Converge(capply.Request(path=path, apply='none'), NoService(),
+                                facts.Tools(run, containerd=sys.argv[5])).run(check_mode=check)
     else:
         import os
-        from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply as apply
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply
         class Version(object):
             def version(self): return (1, 29, 1)
         directory = os.path.dirname(path)
@@ -140,14 +141,14 @@ def test_a_strangers_flock_on_the_configuration_holds_no_run(sandbox, stranger_l
 
 def test_the_lock_directory_is_roots_alone(sandbox, stranger, monkeypatch):
     locks = os.path.join(sandbox, "locks")
-    monkeypatch.setenv(_host.LOCK_DIR_VARIABLE, locks)
+    monkeypatch.setenv(host_locks.LOCK_DIR_VARIABLE, locks)
     directory, path = engine_files(sandbox, "docker")
-    with _host.directory_lock(path):
+    with host_locks.directory_lock(path):
         pass
     st = os.lstat(locks)
     assert (st.st_uid, oct(st.st_mode & 0o777)) == (0, oct(0o700))
     (name,) = os.listdir(locks)
-    assert name == _host.lock_name(directory) and name.startswith("docker-")
+    assert name == host_locks.lock_name(directory) and name.startswith("docker-")
     proc = stranger.python("import os, sys; os.open(sys.argv[1], os.O_RDONLY)", os.path.join(locks, name))
     assert proc.returncode != 0 and "Permission denied" in proc.stderr
 
@@ -162,19 +163,19 @@ def test_a_lock_directory_others_can_open_is_refused(sandbox, stranger, monkeypa
         if problem == "a stranger's directory":
             os.chown(locks, stranger.uid, stranger.gid)
             os.chmod(locks, 0o700)
-    monkeypatch.setenv(_host.LOCK_DIR_VARIABLE, locks)
+    monkeypatch.setenv(host_locks.LOCK_DIR_VARIABLE, locks)
     with pytest.raises(HostFileError) as exc:
-        with _host.directory_lock(os.path.join(sandbox, "daemon.json")):
+        with host_locks.directory_lock(os.path.join(sandbox, "daemon.json")):
             pass
     assert locks in str(exc.value)
 
 
 def test_root_writers_still_wait_for_each_other(sandbox):
     path = os.path.join(sandbox, "daemon.json")
-    with _host.directory_lock(path):
+    with host_locks.directory_lock(path):
         with pytest.raises(HostFileError) as exc:
-            with _host.directory_lock(path, timeout=0.3):
+            with host_locks.directory_lock(path, timeout=0.3):
                 pass
     assert "held the lock on %s" % sandbox in str(exc.value)
-    with _host.directory_lock(path, timeout=0.3):
+    with host_locks.directory_lock(path, timeout=0.3):
         pass

@@ -25,8 +25,10 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError, GpufleetError
 
 from test_containerd_imports import V16, V21, converge  # noqa: E402 (the security layer's directory is on the path)
 
@@ -100,7 +102,7 @@ def test_the_memo_never_answers_for_a_file_with_imports_in_another_case(sandbox,
         monkeypatch.setattr(apply, 'DUMPS', {})  # a node_state run (remember_dumps): the memo read and written
         monkeypatch.setattr(apply, 'STORE', True)
         run = CountingRun()
-        values, error = apply.Tools(run, containerd=CONTAINERD).dump(path)
+        values, error = facts.Tools(run, containerd=CONTAINERD).dump(path)
         return run.dumps, values, error
 
     asked, values, error = node_state_dump()
@@ -114,5 +116,5 @@ def test_the_memo_never_answers_for_a_file_with_imports_in_another_case(sandbox,
     assert asked == 1, 'the second run was answered from the memo: the drop-in added since did not count'
     assert values.get('oom_score') == -555  # containerd (1.6) reads IMPORTS: the drop-in is in its dump
     with pytest.raises(DocumentError) as exc:  # and the concern refuses the file itself, naming the line
-        apply.cd.Config(original.decode('utf-8'), path)
+        cd.Config(original.decode('utf-8'), path)
     assert '%s line 2: the key IMPORTS' % path in str(exc.value)

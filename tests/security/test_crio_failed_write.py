@@ -4,11 +4,11 @@
 """crio_runtime on a read-only or full /etc/crio: the error names the drop-in, and nothing is left behind.
 
 CRI-O reads its drop-in directory whole, so the drop-in's temp file is made in a root-only sibling,
-``/etc/crio/.crio.conf.d.gpufleet`` (``_host.private_directory``), created when missing. On the code before this
+``/etc/crio/.crio.conf.d.gpufleet`` (``host.files.private_directory``), created when missing. On the code before this
 fix a read-only /etc/crio failed naming that temp directory (``.crio.conf.d.gpufleet: cannot create the directory
 for temp files``), not the drop-in the user asked about, and a full one failed naming the drop-in but left the temp
 directory it had just created in /etc/crio. Now the message starts with the drop-in, and a temp directory the
-failed run created (and that is still empty) is removed again (``_host.temp_directory``).
+failed run created (and that is still empty) is removed again (``host.files.temp_directory``).
 
 The failures are real: each run is a child process in a private mount namespace (``unshare --mount``) where
 ``<sandbox>/etc/crio`` is a read-only bind mount of itself, or a 64 KiB tmpfs filled to the last block; nothing
@@ -31,14 +31,14 @@ import pytest
 
 from conftest import COLLECTIONS
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
 
 TYPICAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'unit', 'fixtures', 'crio',
                        'typical.crio.conf')
 # An earlier run's drop-in (ours: the header) that this run replaces
-OLD_DROP_IN = '%s\n[crio.runtime]\n' % _crio.HEADER[0]
+OLD_DROP_IN = '%s\n[crio.runtime]\n' % config.HEADER[0]
 
 # Runs inside a private mount namespace: makes /etc/crio fail (argv[2]), runs crio_runtime's converge once
 # (argv[3]: the drop-in's text before, or '' for none), prints its result or error and what /etc/crio holds after.
@@ -68,8 +68,8 @@ DRIVER = textwrap.dedent(r'''
         subprocess.run(['mount', '--bind', etc_crio, etc_crio], check=True)
         subprocess.run(['mount', '-o', 'remount,bind,ro', etc_crio], check=True)
 
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply as apply
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
     class NoService(object):
         evidence = {}
@@ -126,7 +126,7 @@ def test_a_failed_write_names_the_drop_in_and_leaves_nothing(sandbox, kind, befo
         'left behind in /etc/crio: %s' % seen['etc_crio']
 
 
-# ---------------------------------------------------------------- the shared mechanism, _host.temp_directory
+# ---------------------------------------------------------------- the shared mechanism, host_files.temp_directory
 
 
 @pytest.fixture
@@ -137,21 +137,21 @@ def etc_crio(sandbox):
 
 
 def private(etc_crio):
-    return os.path.join(etc_crio, '.crio.conf.d' + _host.PRIVATE_SUFFIX)
+    return os.path.join(etc_crio, '.crio.conf.d' + host_files.PRIVATE_SUFFIX)
 
 
 def test_a_temp_directory_this_run_made_is_removed_when_the_block_fails(etc_crio):
     dropins = os.path.join(etc_crio, 'crio.conf.d')
     path = os.path.join(dropins, '99-nvidia.conf')
     with pytest.raises(HostFileError):
-        with _host.temp_directory(dropins, path) as temp:
+        with host_files.temp_directory(dropins, path) as temp:
             assert temp == private(etc_crio)
             st = os.lstat(temp)
             assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700)
             raise HostFileError('%s: the write failed' % path)
     assert sorted(os.listdir(etc_crio)) == ['crio.conf.d']
     # after a good write it stays (the next write uses it)
-    with _host.temp_directory(dropins, path) as temp:
+    with host_files.temp_directory(dropins, path) as temp:
         pass
     assert os.path.isdir(temp)
 
@@ -161,12 +161,12 @@ def test_a_temp_directory_that_was_there_or_is_not_empty_is_kept(etc_crio):
     path = os.path.join(dropins, '99-nvidia.conf')
     os.mkdir(private(etc_crio), 0o700)
     with pytest.raises(HostFileError):
-        with _host.temp_directory(dropins, path):
+        with host_files.temp_directory(dropins, path):
             raise HostFileError('failed')
     assert os.path.isdir(private(etc_crio))  # not made by this run
     shutil.rmtree(private(etc_crio))
     with pytest.raises(HostFileError):
-        with _host.temp_directory(dropins, path) as temp:
+        with host_files.temp_directory(dropins, path) as temp:
             with open(os.path.join(temp, '.99-nvidia.conf.leftover.tmp'), 'w'):
                 pass  # another run's temp file: never removed
             raise HostFileError('failed')
@@ -185,10 +185,10 @@ def test_a_temp_directory_on_another_file_system_is_refused_naming_the_file_and_
         def __getattr__(self, name):
             return self.st.st_dev + 1 if name == 'st_dev' else getattr(self.st, name)
 
-    monkeypatch.setattr(_host.os, 'stat', lambda p, *a, **k: Elsewhere(real_stat(p)) if p == dropins
+    monkeypatch.setattr(host_files.os, 'stat', lambda p, *a, **k: Elsewhere(real_stat(p)) if p == dropins
                         else real_stat(p, *a, **k))
     with pytest.raises(HostFileError) as exc:
-        with _host.temp_directory(dropins, path):
+        with host_files.temp_directory(dropins, path):
             pytest.fail('the block ran')
     assert str(exc.value).startswith(path + ': ') and 'another file system' in str(exc.value)
     assert sorted(os.listdir(etc_crio)) == ['crio.conf.d']

@@ -7,7 +7,7 @@ before anything is made. Here a stranger owns one of them and races root,
 looping until the deadline: it swaps ``char`` for a link to a root-only
 vault, plants links to the vault inside ``char``, or hard-links a device it
 can open (a null device) into ``nvidia-caps``. Root runs the collection's own
-code (``_concern_device_links.run``, what the module runs) in a loop meanwhile; every
+code (``concerns.device_links.run``, what the module runs) in a loop meanwhile; every
 run must refuse, and nothing may appear in the vault or in ``char``.
 """
 
@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_device_links
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import device_links as concerns_device_links
 
 # Runs as the stranger until argv[3] (a wall-clock time): keeps changing what it owns.
 ATTACK = r'''
@@ -121,7 +121,7 @@ def test_a_directory_a_stranger_owns_is_refused_in_every_race(sandbox, stranger,
         for _ in deadline():
             runs += 1
             try:
-                _concern_device_links.run(Module(dev))
+                concerns_device_links.run(Module(dev))
             except Refused as exc:
                 refused += 1
                 assert 'refusing' in str(exc) or 'symbolic link' in str(exc) or 'not a directory' in str(exc), exc
@@ -139,7 +139,7 @@ def test_a_directory_a_stranger_owns_is_refused_in_every_race(sandbox, stranger,
 def test_root_owned_directories_get_the_links_and_a_stranger_cannot_change_them(sandbox, stranger):
     dev, vault = build(sandbox, stranger, 'nvidia_caps')
     os.chown(os.path.join(dev, 'nvidia-caps'), 0, 0)
-    result = _concern_device_links.run(Module(dev))
+    result = concerns_device_links.run(Module(dev))
     assert sorted(result['created']) == [os.path.join(dev, 'char', '195:0'), os.path.join(dev, 'char', '195:255')]
     for name in ('195:0', '195:255'):
         res = stranger.python('import os, sys; os.unlink(sys.argv[1])', os.path.join(dev, 'char', name))

@@ -1,7 +1,7 @@
 """Root lists the processes that hold NVIDIA device files (persistenced state=stopped): any user decides
 what its own /proc/PID/fd links say, so root must only read them as text.
 
-``_host.open_file_holders`` runs as root over every process. A stranger holds files of its choosing
+``procs.open_file_holders`` runs as root over every process. A stranger holds files of its choosing
 under names of its choosing in a directory it owns, which here stands for the device directory (the
 prefix root looks for is that directory's ``nvidia``): a FIFO with no writer (root would hang opening
 it), a name with a newline and a forged " (deleted)" after it, a symbolic link to a root-only vault held with
@@ -27,11 +27,11 @@ IN_ACCESS, IN_OPEN = 0x1, 0x20
 READER = r'''
 import json, sys, time
 sys.path.insert(0, %r)
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
 prefix, end = sys.argv[1], float(sys.argv[2])
 runs = 0
 while True:
-    found = _host.open_file_holders((prefix,))
+    found = procs.open_file_holders((prefix,))
     json.dumps(found)  # what exit_json does with it
     runs += 1
     if time.time() >= end:

@@ -179,7 +179,7 @@ def test_permission_denied_to_root_without_dac_override(sandbox):
 WORKER = textwrap.dedent(r'''
     import os, sys, time, traceback
     sys.path.insert(0, sys.argv[1])
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import apply
 
     class NoDockerd(object):
         def pid(self): return None

@@ -15,7 +15,7 @@ import time
 
 from ansible_collections.gpufleet.nvidia.plugins.action.drift_report import write_report
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._drift import drift_report
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
 
 from conftest import RACE_SECONDS
 

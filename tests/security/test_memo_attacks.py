@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""node_state's memo (``_memo``) against another local user, in loops until a deadline.
+"""node_state's memo (``host.memo``) against another local user, in loops until a deadline.
 
 Root keeps and reads its memo again and again while the stranger attacks it:
 
@@ -22,7 +22,7 @@ import subprocess
 import time
 
 import fakehost
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _memo
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
 
 RACE = min(float(os.environ.get("GPUFLEET_SECURITY_SECONDS", "4")), 2.0)
 
@@ -81,8 +81,8 @@ def test_a_stranger_gets_nothing_into_or_out_of_roots_memo(sandbox, stranger, mo
     parent = os.path.join(sandbox, 'run')
     os.mkdir(parent, 0o755)
     memo = os.path.join(parent, 'gpufleet-memo')
-    monkeypatch.setenv(_memo.MEMO_DIR_VARIABLE, memo)
-    assert _memo.store('containerd-x.json', KEPT)
+    monkeypatch.setenv(host_memo.MEMO_DIR_VARIABLE, memo)
+    assert host_memo.store('containerd-x.json', KEPT)
     deadline = time.time() + RACE
     attacker = stranger.popen([fakehost.SYSTEM_PYTHON, '-c', PRY, memo, str(deadline)], stdout=subprocess.PIPE,
                               universal_newlines=True)
@@ -90,8 +90,8 @@ def test_a_stranger_gets_nothing_into_or_out_of_roots_memo(sandbox, stranger, mo
     while time.time() < deadline:
         rounds += 1
         kept = dict(KEPT, round=rounds)
-        assert _memo.store('containerd-x.json', kept)
-        assert _memo.load('containerd-x.json') == kept
+        assert host_memo.store('containerd-x.json', kept)
+        assert host_memo.load('containerd-x.json') == kept
     seen = json.loads(attacker.communicate(timeout=60)[0])
     assert seen['tries'] > 60 and seen['through'] == 0, seen
     assert rounds > 10
@@ -108,14 +108,14 @@ def test_a_stranger_who_takes_the_memos_name_first_gets_nothing_from_root(sandbo
     os.chown(own, stranger.uid, stranger.gid)
     os.chmod(own, 0o777)
     name = os.path.join(shared, 'gpufleet-memo')
-    monkeypatch.setenv(_memo.MEMO_DIR_VARIABLE, name)
+    monkeypatch.setenv(host_memo.MEMO_DIR_VARIABLE, name)
     deadline = time.time() + RACE
     attacker = stranger.popen([fakehost.SYSTEM_PYTHON, '-c', SQUAT, name, own, str(deadline)],
                               stdout=subprocess.PIPE, universal_newlines=True)
     stored = loaded = 0
     while time.time() < deadline:
-        stored += _memo.store('containerd-x.json', KEPT)
-        loaded += _memo.load('containerd-x.json') is not None
+        stored += host_memo.store('containerd-x.json', KEPT)
+        loaded += host_memo.load('containerd-x.json') is not None
     seen = json.loads(attacker.communicate(timeout=60)[0])
     assert seen['rounds'] > 10, seen
     assert (stored, loaded) == (0, 0)

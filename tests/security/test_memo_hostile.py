@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""node_state's memo (``_memo``) holding a file it did not write as it writes them: it answers nothing.
+"""node_state's memo (``host.memo``) holding a file it did not write as it writes them: it answers nothing.
 
 The memo's promise is that it can make a run cheaper, never different. A memo file is root's (0600 in a 0700
 directory of root's), but its content is still only data: a file a crash cut short, a file another version wrote,
 or one made by hand. On the code before this fix a deeply nested memo (``[[[[...``) made ``json.loads`` raise
-RecursionError, which ``_memo.load`` did not catch: containerd's answers (``Tools.version``) failed with a
+RecursionError, which ``host.memo.load`` did not catch: containerd's answers (``Tools.version``) failed with a
 traceback on every run (the memo was never rewritten) and the systemd-units memo failed node_state itself; a
 kept ``--version`` with more digits than ``int()`` takes raised ValueError the same way. Now any such file
 answers nothing: containerd and systemd are asked as if there were no memo, and the run's own answers replace
@@ -23,12 +23,12 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _memo
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import base
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import service
 
 VERSION = 'containerd github.com/containerd/containerd 1.7.24 61f9fd88\n'
 DUMP = 'version = 2\nroot = "/var/lib/containerd"\n[plugins]\n'
@@ -42,9 +42,9 @@ def memo_dir(tmp_path, monkeypatch):
     parent = tmp_path / 'run'
     parent.mkdir(mode=0o755)
     path = str(parent / 'gpufleet-memo')
-    monkeypatch.setenv(_memo.MEMO_DIR_VARIABLE, path)
+    monkeypatch.setenv(host_memo.MEMO_DIR_VARIABLE, path)
     for name in ('DUMPS', 'STORE'):
-        monkeypatch.setattr(_containerd_apply, name, getattr(_containerd_apply, name))
+        monkeypatch.setattr(facts, name, getattr(facts, name))
     return path
 
 
@@ -83,13 +83,13 @@ class Containerd(object):
         return 0, (VERSION if argv[1:] == ['--version'] else DUMP), ''
 
     def memo_name(self):
-        return _containerd_apply.KeptAnswers(self.binary).name
+        return facts.KeptAnswers(self.binary).name
 
     def run(self):
         """One node_state run: containerd's version and the config file's dump; what containerd was asked."""
         before = len(self.asked)
-        _containerd_apply.remember_dumps(store=True)
-        tools = _containerd_apply.Tools(self.command, containerd=self.binary)
+        facts.remember_dumps(store=True)
+        tools = facts.Tools(self.command, containerd=self.binary)
         assert tools.version() == (1, 7, 24)
         assert tools.dump(self.config) == (DUMPED, None)
         return [argv[-1] for argv in self.asked[before:]]
@@ -98,7 +98,7 @@ class Containerd(object):
 def good_memo(host):
     """The memo a run keeps, as a dict."""
     host.run()
-    with open(os.path.join(_memo.directory(), host.memo_name())) as handle:
+    with open(os.path.join(host_memo.directory(), host.memo_name())) as handle:
         return json.load(handle)
 
 
@@ -118,11 +118,11 @@ HOSTILE = {
     'an extra key 900 objects down': lambda kept: json.dumps(kept)[:-1].encode() + b', "x": ' +
     b'{"a": ' * 900 + b'0' + b'}' * 901,
     'a version with 5000 digits': lambda kept: json.dumps(dict(kept, version=' 1%s.7.24' % ('0' * 5000))).encode(),
-    'a version of 4 MiB': lambda kept: json.dumps(dict(kept, version=' 1.7.24' + ' ' * (_memo.MAX_BYTES - 4096))
-                                                   ).encode(),
+    'a version of 4 MiB': lambda kept: json.dumps(dict(kept, version=' 1.7.24' + ' ' * (host_memo.MAX_BYTES - 4096))
+                                                  ).encode(),
     'a number with 5000 digits': lambda kept: json.dumps(kept)[:-1].encode() + b', "x": ' + b'9' * 5000 + b'}',
     'not UTF-8': lambda kept: json.dumps(kept).encode().replace(b'containerd', b'container\xff', 1),
-    'over MAX_BYTES': lambda kept: json.dumps(dict(kept, pad='x' * _memo.MAX_BYTES)).encode(),
+    'over MAX_BYTES': lambda kept: json.dumps(dict(kept, pad='x' * host_memo.MAX_BYTES)).encode(),
     'wrong types everywhere': lambda kept: json.dumps(dict(kept, version=[1, 7, 24], dumps=dict(
         (path, dict(entry, out={'version': 2}, sha256=[entry.get('sha256')])) for path, entry in kept['dumps'].items()
     ))).encode(),
@@ -152,7 +152,7 @@ UNITS = ['nvidia-persistenced', 'containerd', 'docker']
 class Systemctl(object):
     """``systemctl show -p ... UNIT...``: a block per unit, a blank line between two."""
 
-    prefix = len(['systemctl', 'show']) + 2 * len(_service.SYSTEMD_PROPERTIES)
+    prefix = len(['systemctl', 'show']) + 2 * len(service.SYSTEMD_PROPERTIES)
 
     def __init__(self):
         self.calls = []
@@ -166,15 +166,15 @@ class Systemctl(object):
         return 0, '\n'.join([block] * len(units)), ''
 
 
-class Asking(_concern.Concern):
+class Asking(base.Concern):
     """A concern whose run asks systemd about its units."""
 
     def __init__(self, name, units):
         def run(module):
             for unit in units:
-                _service.Service('systemd', unit, module.run_command, {'systemctl': 'systemctl'}).systemd_show()
+                service.Service('systemd', unit, module.run_command, {'systemctl': 'systemctl'}).systemd_show()
             return {'changed': False}
-        _concern.Concern.__init__(self, name, name + '_module', {}, run)
+        base.Concern.__init__(self, name, name + '_module', {}, run)
 
 
 class SystemdHost(object):
@@ -192,13 +192,13 @@ class SystemdHost(object):
 
 def evaluate(monkeypatch):
     """One node_state run whose concerns ask systemd about UNITS; the calls made."""
-    monkeypatch.setattr(_concerns, 'CONCERNS', dict(_concerns.CONCERNS,
-                                                    persistenced=Asking('persistenced', UNITS[:1]),
-                                                    docker=Asking('docker', UNITS[1:])))
+    monkeypatch.setattr(registry, 'CONCERNS', dict(registry.CONCERNS,
+                                                   persistenced=Asking('persistenced', UNITS[:1]),
+                                                   docker=Asking('docker', UNITS[1:])))
     host = SystemdHost()
-    result = _node_state.evaluate(host, {'persistenced': {}, 'docker': {}, 'engines': []})[0]
+    result = concerns_node_state.evaluate(host, {'persistenced': {}, 'docker': {}, 'engines': []})[0]
     assert result['converged'] and result['evaluated'] == ['persistenced', 'docker'], result
-    assert _service.TOGETHER is None
+    assert service.TOGETHER is None
     return host.systemctl.calls
 
 
@@ -213,20 +213,20 @@ UNITS_HOSTILE = {
     'a unit with 5000 digits': b'{"units": [' + b'9' * 5000 + b']}',
     'units not unit names': b'{"units": ["--all", "a b", "-docker", "x\\u0000y", "' + b'x' * 300 + b'"]}',
     'not UTF-8': b'{"units": ["dock\xffer"]}',
-    'over MAX_BYTES': b'{"units": ["' + b'x' * _memo.MAX_BYTES + b'"]}',
+    'over MAX_BYTES': b'{"units": ["' + b'x' * host_memo.MAX_BYTES + b'"]}',
 }
 
 
 @pytest.mark.parametrize('name', sorted(UNITS_HOSTILE))
 def test_a_units_memo_it_cannot_use_asks_each_unit_alone_and_is_replaced(memo_dir, monkeypatch, name):
-    spoil(memo_dir, _node_state.UNITS_MEMO, UNITS_HOSTILE[name])
+    spoil(memo_dir, concerns_node_state.UNITS_MEMO, UNITS_HOSTILE[name])
     assert evaluate(monkeypatch) == [[unit] for unit in UNITS]
-    assert _memo.load(_node_state.UNITS_MEMO) == {'units': UNITS}
+    assert host_memo.load(concerns_node_state.UNITS_MEMO) == {'units': UNITS}
     assert evaluate(monkeypatch) == [UNITS]
 
 
 def test_the_unit_names_among_other_values_are_used():
     kept = {'units': [1, 'docker', None, ['containerd'], {'a': 'b'}, 'containerd']}
-    assert _node_state.kept_units(kept) == ['docker', 'containerd']
-    assert _node_state.kept_units({'units': 'docker'}) == []
-    assert _node_state.kept_units(None) == []
+    assert concerns_node_state.kept_units(kept) == ['docker', 'containerd']
+    assert concerns_node_state.kept_units({'units': 'docker'}) == []
+    assert concerns_node_state.kept_units(None) == []

@@ -16,9 +16,9 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(REPO, ".build", "collections")
 READERS = {
-    "persistenced": "from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as m\n"
+    "persistenced": "from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as m\n"
                     "print(m.pid_alive(sys.argv[1] + '/nvidia-persistenced.pid'))\n",
-    "gpu_info": "from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu as m\n"
+    "gpu_info": "from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends as m\n"
                 "print(m.daemon_identity(sys.argv[1])['pid'])\n",
 }
 

@@ -1,6 +1,6 @@
 """Fuzzing the CDI spec reader: no spec text, however hostile, gets more than a CdiSpecError (issue 45, defect 4).
 
-cdi_spec reads the spec on the host with ``_cdi_apply.summarize`` (and ``stale_reasons``, which names the file in
+cdi_spec reads the spec on the host with ``cdi.apply.summarize`` (and ``stale_reasons``, which names the file in
 what it reports). Hypothesis feeds them random and adversarial text: YAML- and JSON-ish characters; nesting of
 flow and block collections up to thousands of levels, whole or cut short; dates, binary, sets, Python and local
 tags, odd numbers; anchors, aliases and alias bombs; NVIDIA's real spec with such pieces spliced in; fragments
@@ -20,12 +20,12 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import spec as spec_mod
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import apply as cdi_apply
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_cdi import CTK_YAML, SPEC_JSON
 
 PATHS = {'yaml': '/var/run/cdi/nvidia.yaml', 'json': '/etc/cdi/nvidia.json'}
-NEW = _cdi.parse_spec(SPEC_JSON)
+NEW = spec_mod.parse_spec(SPEC_JSON)
 SPEC_YAML = yaml.safe_dump(json.loads(SPEC_JSON), default_flow_style=False, sort_keys=False)
 SECONDS = 10
 HEADROOM = 1 << 30
@@ -145,12 +145,12 @@ def read_every_way(text):
     for fmt, path in sorted(PATHS.items()):
         start = time.monotonic()
         try:
-            summary = _cdi_apply.summarize(text, fmt)
-        except _cdi.CdiSpecError as exc:
+            summary = cdi_apply.summarize(text, fmt)
+        except spec_mod.CdiSpecError as exc:
             assert isinstance(exc, ValueError) and str(exc)
         else:
             assert summary is None or (isinstance(summary, dict) and only_json_types(summary)), summary
-        reasons = _cdi_apply.stale_reasons(text, NEW, fmt, path)
+        reasons = cdi_apply.stale_reasons(text, NEW, fmt, path)
         assert reasons and all(isinstance(reason, str) for reason in reasons), reasons
         if 'cannot be read' in reasons[0]:
             assert reasons[0].startswith('the spec on the host (%s) cannot be read as a CDI spec (' % path)
@@ -166,7 +166,7 @@ def test_any_text_is_a_summary_or_a_cdi_spec_error(bounded_memory, parser, text)
     if parser == 'libyaml' and not getattr(yaml, '__with_libyaml__', False):
         pytest.skip('PyYAML here has no libyaml')
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_cdi, '_YAML_LOADER', [])
+        patch.setattr(spec_mod, '_YAML_LOADER', [])
         if parser == 'pure':
             patch.delattr(yaml, 'CSafeLoader', raising=False)
         elif parser == 'no PyYAML':
@@ -180,9 +180,9 @@ def test_any_text_is_a_summary_or_a_cdi_spec_error(bounded_memory, parser, text)
 @given(data=st.binary(max_size=300) | TEXTS.map(lambda text: text.encode('utf-8', 'surrogatepass')),
        garbage=st.sampled_from([b'', b'\xff', b'\xc3', b'\xed\xa0\x80']))
 def test_any_bytes_are_a_summary_or_a_cdi_spec_error(bounded_memory, data, garbage):
-    for parse in (_cdi.parse_spec, _cdi.parse_yaml_spec):
+    for parse in (spec_mod.parse_spec, spec_mod.parse_yaml_spec):
         try:
             summary = parse(data + garbage)
-        except _cdi.CdiSpecError:
+        except spec_mod.CdiSpecError:
             continue
         assert only_json_types(summary), summary

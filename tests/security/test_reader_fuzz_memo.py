@@ -1,16 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Fuzzing node_state's memo reader (``_memo.load``) and its two users, with hypothesis.
+"""Fuzzing node_state's memo reader (``host.memo.load``) and its two users, with hypothesis.
 
 Each example writes one memo file's bytes, as root keeps them (0600, in a 0700 directory of root's), under the
 names of containerd's answers and of the systemd units, then runs what node_state runs on them:
 
-* ``_memo.load`` answers None or a JSON object;
+* ``host.memo.load`` answers None or a JSON object;
 * containerd's ``Tools`` (``KeptAnswers``) answers ``version()`` with the version containerd prints and
   ``dump()`` with a table of values: from the memo where it holds a usable answer, else by asking containerd,
-  whose answers are kept again (``_memo.store`` never raises either);
-* node_state's unit list (``kept_units``, then ``_service.Together``) is a list of unit names, at most
+  whose answers are kept again (``host.memo.store`` never raises either);
+* node_state's unit list (``kept_units``, then ``service.Together``) is a list of unit names, at most
   ``MAX_TOGETHER``.
 
 Nothing may raise. The contents: random bytes; random JSON; the memo containerd's answers make with any of its
@@ -31,10 +31,10 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _memo
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import service
 
 from test_memo_hostile import spoil  # noqa: E402 (the security layer's directory is on the path)
 
@@ -63,8 +63,8 @@ class Containerd(object):
 
     def run(self):
         """One node_state run's questions to containerd: ``(version, dump)``."""
-        _containerd_apply.remember_dumps(store=True)
-        tools = _containerd_apply.Tools(self.command, containerd=self.binary)
+        facts.remember_dumps(store=True)
+        tools = facts.Tools(self.command, containerd=self.binary)
         return tools.version(), tools.dump(self.config)
 
 
@@ -74,30 +74,30 @@ def host(tmp_path_factory):
     root = str(tmp_path_factory.mktemp('memo-fuzz'))
     os.chmod(root, 0o755)
     memo = os.path.join(root, 'gpufleet-memo')
-    saved = os.environ.get(_memo.MEMO_DIR_VARIABLE)
-    os.environ[_memo.MEMO_DIR_VARIABLE] = memo
-    dumps, store = _containerd_apply.DUMPS, _containerd_apply.STORE
+    saved = os.environ.get(host_memo.MEMO_DIR_VARIABLE)
+    os.environ[host_memo.MEMO_DIR_VARIABLE] = memo
+    dumps, store = facts.DUMPS, facts.STORE
     containerd = Containerd(root)
     try:
         containerd.run()
-        name = _containerd_apply.KeptAnswers(containerd.binary).name
+        name = facts.KeptAnswers(containerd.binary).name
         with open(os.path.join(memo, name)) as handle:
             good = json.load(handle)
         assert set(good) == {'binary', 'identity', 'version', 'dumps'} and good['dumps'], good
         yield containerd, good, name
     finally:
-        _containerd_apply.DUMPS, _containerd_apply.STORE = dumps, store
+        facts.DUMPS, facts.STORE = dumps, store
         if saved is None:
-            os.environ.pop(_memo.MEMO_DIR_VARIABLE, None)
+            os.environ.pop(host_memo.MEMO_DIR_VARIABLE, None)
         else:
-            os.environ[_memo.MEMO_DIR_VARIABLE] = saved
+            os.environ[host_memo.MEMO_DIR_VARIABLE] = saved
 
 
 # ---------------------------------------------------------------- contents
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20))
 json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                           st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                                                            st.dictionaries(st.text(max_size=8), inner, max_size=4)),
                            max_leaves=12)
 
 
@@ -179,14 +179,14 @@ def contents(draw, good):
         at = draw(st.integers(0, len(data)))
         data = data[:at] + draw(st.sampled_from([b'\xff', b'\xc3', b'\xed\xa0\x80'])) + data[at:]
     elif change == 'size':  # white space up to a size around the limit: still the same JSON where it is read
-        size = _memo.MAX_BYTES + draw(st.integers(-64, 64))
+        size = host_memo.MAX_BYTES + draw(st.integers(-64, 64))
         data += b' ' * max(0, size - len(data))
     return data
 
 
 def put(name, data):
     """``data`` as the memo file ``name``, as root keeps it."""
-    spoil(_memo.directory(), name, data)
+    spoil(host_memo.directory(), name, data)
 
 
 # ---------------------------------------------------------------- the reader and its users
@@ -201,8 +201,8 @@ def test_memo_reader_and_its_users_never_raise(host):
     def check(data):
         content = data.draw(contents(good))
         put(name, content)
-        put(_node_state.UNITS_MEMO, content)
-        loaded = _memo.load(name)
+        put(concerns_node_state.UNITS_MEMO, content)
+        loaded = host_memo.load(name)
         assert loaded is None or isinstance(loaded, dict)
         seen['loaded'] += loaded is not None
         # containerd's answers: the memo's where usable, else containerd's, kept again
@@ -210,15 +210,15 @@ def test_memo_reader_and_its_users_never_raise(host):
         assert version == (1, 7, 24)
         values, error = dump
         assert isinstance(values, dict) and error is None
-        again = _memo.load(name)
+        again = host_memo.load(name)
         assert again is None or isinstance(again, dict)
         # node_state's unit list
-        units = _node_state.kept_units(_memo.load(_node_state.UNITS_MEMO))
+        units = concerns_node_state.kept_units(host_memo.load(concerns_node_state.UNITS_MEMO))
         assert isinstance(units, list) and all(isinstance(unit, str) for unit in units)
-        together = _service.show_together(units)
-        _service.show_together(None)
-        assert len(together.units) <= _service.MAX_TOGETHER
-        assert all(_service.UNIT_NAME.match(unit) and not unit.startswith('-') for unit in together.units)
+        together = service.show_together(units)
+        service.show_together(None)
+        assert len(together.units) <= service.MAX_TOGETHER
+        assert all(service.UNIT_NAME.match(unit) and not unit.startswith('-') for unit in together.units)
 
     check()
     assert seen['loaded'] > 20, seen  # the examples reach the users, not only the reader's refusals
@@ -229,5 +229,5 @@ def test_the_memo_keeps_nothing_it_cannot_write(host):
     value = []
     for _level in range(100000):
         value = [value]
-    assert _memo.store('deep.json', {'x': value}) is False
-    assert _memo.load('deep.json') is None
+    assert host_memo.store('deep.json', {'x': value}) is False
+    assert host_memo.load('deep.json') is None

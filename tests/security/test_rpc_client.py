@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 from conftest import RACE_SECONDS
 
 SWAPPER = r"""

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """cdi_spec's ``runtime_mode`` on a valid TOML file whose values have other types than NVIDIA's runtime reads.
 
-``_cdi_mode`` reads ``nvidia-container-runtime`` (a table), its ``mode`` (a string) and
+``cdi_mode`` reads ``nvidia-container-runtime`` (a table), its ``mode`` (a string) and
 ``modes.cdi.spec-dirs`` (an array of strings, through the tables ``modes`` and ``cdi``). Any other type on the
 way is a file NVIDIA's runtime refuses to load, and must be refused here, with a DocumentError naming the file,
 the key and its line, and the file left as it was. On the code before this fix ``[[nvidia-container-runtime]]``
@@ -13,7 +13,7 @@ a string ``spec-dirs`` were passed over and the mode written into a file the run
 
 TOML nested past any reader's recursion limit (``a = [[[[...`` 5000 deep, inline tables the same) is a
 DocumentError naming the file too, never a RecursionError: for this reader and for the containerd and CRI-O
-readers, which share ``_toml_splice.parse``.
+readers, which share ``formats.toml_splice.parse``.
 
 cdi_spec runs in-process on a host tree under a temp directory (test_cdi_apply's ``Host``, with a stand-in
 ``nvidia-ctk`` that answers ``config default`` with NVIDIA's 1.20.0 file).
@@ -25,10 +25,10 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_mode
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import mode as cdi_mode
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as containerd_config
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as crio_config
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError, GpufleetError
 
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_cdi_apply import Host
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_cdi_mode import (
@@ -78,7 +78,7 @@ def refusal(key, line, found):
 def test_set_mode_refuses_a_value_of_another_type_naming_the_file_and_key(name):
     text, key, line, found = ODD[name]
     with pytest.raises(DocumentError) as exc:
-        _cdi_mode.set_mode(text, CONFIG, 'cdi')
+        cdi_mode.set_mode(text, CONFIG, 'cdi')
     assert str(exc.value).startswith(refusal(key, line, found)), str(exc.value)
     assert str(exc.value).endswith('The file was left untouched.')
 
@@ -99,7 +99,7 @@ def test_cdi_spec_fails_naming_the_file_and_leaves_it_and_the_spec_alone(tmp_pat
 def test_values_of_the_expected_types_still_work():
     text = ('[nvidia-container-runtime]\nmode = "legacy"\n[nvidia-container-runtime.modes.cdi]\n'
             'spec-dirs = ["/etc/cdi", "/var/run/cdi"]\n[[nvidia-container-runtime.other]]\nx = 1\n')
-    assert _cdi_mode.set_mode(text, CONFIG, 'cdi') == text.replace('"legacy"', '"cdi"')
+    assert cdi_mode.set_mode(text, CONFIG, 'cdi') == text.replace('"legacy"', '"cdi"')
 
 
 DEEP = {
@@ -109,9 +109,9 @@ DEEP = {
     'arrays in the table': '[nvidia-container-runtime]\nmode = ' + '[' * 5000 + '"cdi"' + ']' * 5000 + '\n',
 }
 READERS = {
-    'runtime_mode': lambda text: _cdi_mode.set_mode(text, CONFIG, 'cdi'),
-    'containerd': lambda text: _containerd.loads(text, CONFIG),
-    'crio': lambda text: _crio.loads(text, CONFIG),
+    'runtime_mode': lambda text: cdi_mode.set_mode(text, CONFIG, 'cdi'),
+    'containerd': lambda text: containerd_config.loads(text, CONFIG),
+    'crio': lambda text: crio_config.loads(text, CONFIG),
 }
 
 

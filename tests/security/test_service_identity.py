@@ -26,12 +26,12 @@ import pytest
 
 from conftest import ATTACKER_PYTHON
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_containerd import CONCERN as CONTAINERD_CONCERN
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_crio import CONCERN as CRIO_CONCERN
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._concern_docker import CONCERN as DOCKER_CONCERN
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs as host_procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.containerd import CONCERN as CONTAINERD_CONCERN
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.crio import CONCERN as CRIO_CONCERN
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.docker import CONCERN as DOCKER_CONCERN
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 
 CONTAINERD = shutil.which("containerd") or "/usr/bin/containerd"
 CRIO_FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -86,7 +86,7 @@ class Module(object):
 @pytest.fixture
 def sysv_host(monkeypatch):
     """The host's init system, as the modules see it: SysV, with no script or pid file for the service."""
-    monkeypatch.setattr(_module, "init_system", lambda module, run, chosen="auto": ("sysvinit", {}, {}))
+    monkeypatch.setattr(concerns_module, "init_system", lambda module, run, chosen="auto": ("sysvinit", {}, {}))
 
 
 def wait_for(predicate, what, seconds=20.0):
@@ -111,7 +111,7 @@ def stranger_daemon(stranger, sandbox):
         proc.stdin.write(STRANGER_DAEMON % hup)
         proc.stdin.close()
         started.append(proc)
-        wait_for(lambda: _host.process_name(proc.pid) == name and _host.process_argv(proc.pid)[1:] == ["-"] + list(args),
+        wait_for(lambda: host_procs.process_name(proc.pid) == name and host_procs.process_argv(proc.pid)[1:] == ["-"] + list(args),
                  "the stranger's %s" % name)
         return proc.pid, hup
 
@@ -247,8 +247,8 @@ def test_the_init_systems_word_is_taken_only_for_roots_process_of_the_executable
     root_proc = start()
     strangers = stranger.popen([program, "600"])
     try:
-        wait_for(lambda: _host.process_argv(strangers.pid)[:1] == [program], "the stranger's copy of the engine")
-        wait_for(lambda: _host.process_argv(root_proc.pid)[:1] == [program], "root's engine")
+        wait_for(lambda: host_procs.process_argv(strangers.pid)[:1] == [program], "the stranger's copy of the engine")
+        wait_for(lambda: host_procs.process_argv(root_proc.pid)[:1] == [program], "root's engine")
         show = "LoadState=loaded\nMainPID=%d\n"
         systemd = service("systemd", program, answers={"systemctl": (0, show % root_proc.pid, "")})
         assert systemd.processes() == [root_proc.pid]
@@ -287,10 +287,10 @@ def test_a_script_or_a_copy_under_the_name_is_not_the_executable(sandbox, engine
     shutil.copy(program, copy)
     proc = subprocess.Popen([copy, "600"])
     try:
-        wait_for(lambda: _host.process_argv(proc.pid)[:1] == [copy], "the copy")
-        assert _host.process_name(proc.pid) == "engined"
-        assert _host.not_root_running(proc.pid, program) == "it runs %s, not %s" % (copy, program)
-        assert _host.pids_running(program) == []
+        wait_for(lambda: host_procs.process_argv(proc.pid)[:1] == [copy], "the copy")
+        assert host_procs.process_name(proc.pid) == "engined"
+        assert host_procs.not_root_running(proc.pid, program) == "it runs %s, not %s" % (copy, program)
+        assert host_procs.pids_running(program) == []
     finally:
         proc.kill()
         proc.wait()
@@ -299,11 +299,11 @@ def test_a_script_or_a_copy_under_the_name_is_not_the_executable(sandbox, engine
 def test_a_containers_daemon_in_another_pid_namespace_is_not_ours(engine):
     program, start = engine
     holder = start(["unshare", "--pid", "--fork", "--kill-child"])
-    wait_for(lambda: any(_host.process_argv(pid)[:1] == [program] for pid in children(holder.pid)),
+    wait_for(lambda: any(host_procs.process_argv(pid)[:1] == [program] for pid in children(holder.pid)),
              "the engine in its own PID namespace")
-    inner = [pid for pid in children(holder.pid) if _host.process_argv(pid)[:1] == [program]][0]
-    assert "another PID namespace" in _host.not_root_running(inner, program)
-    assert inner not in _host.pids_running(program)
+    inner = [pid for pid in children(holder.pid) if host_procs.process_argv(pid)[:1] == [program]][0]
+    assert "another PID namespace" in host_procs.not_root_running(inner, program)
+    assert inner not in host_procs.pids_running(program)
 
 
 def children(pid):
@@ -317,10 +317,10 @@ def children(pid):
 def test_an_executable_another_user_can_change_is_refused(sandbox, engine, stranger):
     program, start = engine
     proc = start()
-    wait_for(lambda: _host.process_argv(proc.pid)[:1] == [program], "root's engine")
-    assert _host.not_root_running(proc.pid, program) is None
+    wait_for(lambda: host_procs.process_argv(proc.pid)[:1] == [program], "root's engine")
+    assert host_procs.not_root_running(proc.pid, program) is None
     os.chown(program, stranger.uid, stranger.gid)
-    assert "not a regular file owned by root" in _host.not_root_running(proc.pid, program)
+    assert "not a regular file owned by root" in host_procs.not_root_running(proc.pid, program)
     os.chown(program, 0, 0)
     os.chmod(program, 0o777)
-    assert "not a regular file owned by root" in _host.not_root_running(proc.pid, program)
+    assert "not a regular file owned by root" in host_procs.not_root_running(proc.pid, program)

@@ -4,7 +4,7 @@ The service user (``nobody`` here) owns that directory, as persistenced leaves i
 attacks every path root touches in it: the ``.lock`` file, the temp file and the state
 file itself, with symbolic links, hard links and FIFOs, planted before and during root's
 writes, looping until the deadline. Root runs the collection's own writer
-(``_persistence_state.update``, what the module calls) in a loop meanwhile.
+(``gpu.state.update``, what the module calls) in a loop meanwhile.
 
 Victims live in a root-only vault next to the state directory: a root-only secret that
 must keep its mode, owner and bytes, and a path that must never come to exist.
@@ -21,7 +21,8 @@ import pytest
 
 COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                            ".build", "collections")
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state_dir as gpu_state_dir
 
 # The venv's interpreter lives under root-only /root: attacker code runs under Debian's python3.
 ATTACKER_PYTHON = "/usr/bin/python3"
@@ -120,7 +121,7 @@ def test_links_planted_at_lock_temp_and_state_during_root_updates(sandbox, servi
             try:
                 state.update(path, lambda st, m=mode: state.with_modes(st, {UUID: ("00000000:01:00.0", m)}))
                 outcome = "written"
-            except state.StateError as exc:
+            except gpu_state_dir.StateError as exc:
                 outcome = "refused: " + str(exc).split(":")[0]
             except Exception as exc:  # today's code: whatever a followed link does
                 outcome = "%s: %s" % (type(exc).__name__, exc)
@@ -149,7 +150,7 @@ def test_a_state_file_link_is_neither_read_nor_written_through(sandbox, service_
     with pytest.raises(Exception) as exc:
         state.update(path, lambda st: state.with_modes(st, {UUID: ("00000000:01:00.0", "enabled")}))
     assert "TOPSECRET" not in str(exc.value), "root read the secret through the link: %s" % exc.value
-    assert isinstance(exc.value, state.StateError) and path in str(exc.value) and "symbolic link" in str(exc.value)
+    assert isinstance(exc.value, gpu_state_dir.StateError) and path in str(exc.value) and "symbolic link" in str(exc.value)
     assert_vault_intact(vault, secret)
     assert os.path.islink(path)
 
@@ -161,11 +162,12 @@ def test_a_fifo_planted_by_the_service_user_does_not_hang_root(sandbox, service_
     service_user.run(["mkfifo", os.path.join(state_dir, where)], check=True)
     # In a child process: a root writer stuck on the FIFO must not hang this test run.
     code = ("import sys\nsys.path.insert(0, %r)\n"
-            "from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state\n"
+            "from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state\n"
+            "from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state_dir as gpu_state_dir\n"
             "try:\n"
             "    state.update(%r, lambda st: state.with_modes(st, {%r: ('b', 'enabled')}))\n"
             "    print('written')\n"
-            "except state.StateError as exc:\n"
+            "except gpu_state_dir.StateError as exc:\n"
             "    print('refused', exc)\n" % (COLLECTIONS, path, UUID))
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=15)
@@ -184,7 +186,7 @@ def test_a_hard_linked_lock_or_state_file_is_refused(sandbox, service_user):
     for name in ("persistence.json.lock", "persistence.json"):
         planted = os.path.join(state_dir, name)
         os.link(secret, planted)
-        with pytest.raises(state.StateError) as exc:
+        with pytest.raises(gpu_state_dir.StateError) as exc:
             state.update(path, lambda st: state.with_modes(st, {UUID: ("00000000:01:00.0", "enabled")}))
         assert "hard links" in str(exc.value) and planted in str(exc.value)
         assert "TOPSECRET" not in str(exc.value)

@@ -35,7 +35,7 @@ _collection_loader()
 
 @pytest.fixture(scope='session', autouse=True)
 def private_lock_dir(tmp_path_factory):
-    """``_host.LOCK_DIR`` (/run/gpufleet-locks) for this session: a private 0700 directory, for every module
+    """``host.locks.LOCK_DIR`` (/run/gpufleet-locks) for this session: a private 0700 directory, for every module
     run in-process or as a child process."""
     path = str(tmp_path_factory.mktemp('gpufleet-locks'))
     os.chmod(path, 0o700)
@@ -56,12 +56,13 @@ def private_memo_root(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def private_memo_dir(private_memo_root, monkeypatch):
-    """``_memo.MEMO_DIR`` (/run/gpufleet-memo) for this test: a directory of its own (not created: node_state
+    """``host.memo.MEMO_DIR`` (/run/gpufleet-memo) for this test: a directory of its own (not created: node_state
     creates it when it keeps an answer), for every module run in-process or as a child process."""
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
+
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
     path = os.path.join(private_memo_root, str(next(_MEMOS)))
     monkeypatch.setenv('GPUFLEET_MEMO_DIR', path)
     # node_state's evaluate() turns on containerd's per-process dumps and the memo: off again after each test
     for name in ('DUMPS', 'STORE'):
-        monkeypatch.setattr(_containerd_apply, name, getattr(_containerd_apply, name))
+        monkeypatch.setattr(facts, name, getattr(facts, name))
     return path

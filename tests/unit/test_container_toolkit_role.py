@@ -20,8 +20,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.nvidia.plugins.filter.container_toolkit import (
     container_toolkit_key, container_toolkit_source)
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_container_toolkit as concern
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toolkit as tk
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import container_toolkit as concern
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.toolkit import rules as tk
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _results
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options

@@ -21,7 +21,7 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options
 
 from core_compat import trust_as_template
@@ -114,7 +114,7 @@ def test_every_concern_is_mapped():
     # every concern's options from the table; publish_result is main's (tests/unit/test_node_state_publish.py)
     assert evaluate_task() == {'role_vars': True, 'publish_result': '{{ __gpu_node_main | default(false) }}'}
     options = set(built()) - {'engines'}
-    assert sorted(options) == sorted(_role_options.OPTIONS) == sorted(_concerns.CONCERNS) == sorted(TASKS)
+    assert sorted(options) == sorted(_role_options.OPTIONS) == sorted(registry.CONCERNS) == sorted(TASKS)
 
 
 def test_the_table_reads_what_the_roles_define():
@@ -125,12 +125,12 @@ def test_the_table_reads_what_the_roles_define():
 @pytest.mark.parametrize('concern', sorted(TASKS))
 def test_each_role_calls_its_module_through_the_table(concern):
     assert task_args(*TASKS[concern]) == {'role_vars': True}
-    assert _concerns.CONCERNS[concern].module == TASKS[concern][1].split('.')[-1]
+    assert registry.CONCERNS[concern].module == TASKS[concern][1].split('.')[-1]
 
 
 @pytest.mark.parametrize('concern', sorted(TASKS))
 def test_every_variable_of_the_table_reaches_its_option(concern):
-    spec = _concerns.CONCERNS[concern].spec
+    spec = registry.CONCERNS[concern].spec
     defaults = built()[concern]
     varied = 0
     for label, changed in variations(concern):

@@ -16,7 +16,7 @@ from importlib.util import module_from_spec, spec_from_loader
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _role_options, _role_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,7 +53,7 @@ def test_the_generated_files_are_up_to_date():
 
 def test_the_table_knows_every_option_of_every_module():
     # the option names the controller derives the table from are the modules' argument specs, in their order
-    assert _role_table.MODULE_OPTIONS == dict((name, tuple(concern.spec)) for name, concern in _concerns.CONCERNS.items())
+    assert _role_table.MODULE_OPTIONS == dict((name, tuple(concern.spec)) for name, concern in registry.CONCERNS.items())
 
 
 def module_options(module):
@@ -68,7 +68,7 @@ def test_each_role_variable_has_its_options_type():
         specs.update(load(role)['options'])
     given = {}
     for concern, rows in _role_options.OPTIONS.items():
-        docs = module_options(_concerns.CONCERNS[concern].module)
+        docs = module_options(registry.CONCERNS[concern].module)
         for option, variable, unused in rows:
             given.setdefault(variable, []).append(docs[option])
     for variable, docs in given.items():
@@ -89,7 +89,7 @@ def test_a_role_default_of_null_is_the_modules_default():
         with open(os.path.join(ROOT, 'roles', role, 'defaults', 'main.yml')) as handle:
             defaults.update(yaml.safe_load(handle))
     for concern, rows in _role_options.OPTIONS.items():
-        spec = _concerns.CONCERNS[concern].spec
+        spec = registry.CONCERNS[concern].spec
         for option, variable, when in rows:
             if defaults[variable] is None and spec[option].get('default') is not None:
                 assert (option, when) == ('runtime_path', _role_options.SET), (concern, option)
@@ -108,7 +108,7 @@ def added(tmp_path_factory):
     module.write_text(text.replace('\noptions:\n', '\noptions:\n  frobnicate:\n    description: Frobnicate the drop-in.\n'
                                    '    type: list\n    elements: str\n    choices: [a, b]\n    default: [a]\n'
                                    '  frobnicate_level:\n    description: How much.\n    type: int\n    default: 3\n', 1))
-    spec = top / 'plugins' / 'module_utils' / '_crio.py'
+    spec = top / 'plugins' / 'module_utils' / 'crio' / 'config.py'
     text = spec.read_text()
     assert 'SPEC = dict(\n' in text
     spec.write_text(text.replace('SPEC = dict(\n', "SPEC = dict(\n    frobnicate=dict(type='list', elements='str', "

@@ -13,8 +13,9 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._drift import drift_report
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
 
 
 def verdict(result, converged=True, failed=False):
@@ -88,7 +89,7 @@ def test_the_report_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
     def broken(*args, **kwargs):
         raise IOError(28, 'No space left on device')
-    monkeypatch.setattr(_host, 'write_all', broken)
+    monkeypatch.setattr(files, 'write_all', broken)
     with pytest.raises(HostFileError, match='drift.json: cannot write: No space left on device'):
         action.write_report(path, drift_report({'h2': DRIFTED}))
     # the old report stays, and no temp file is left

@@ -4,10 +4,10 @@
 
 files/gpufleet-persistenced is shipped alone (one file, standard library only), so it
 cannot import module_utils and carries its own copy of: the state file's format, its
-reading and its locked writing (_persistence_state); PCI bus id parsing and the GPU list
-from /proc/driver/nvidia/gpus (_persistenced_rpc, _gpu); the version 1 Set call of the RPC
-client (_persistenced_rpc); the paths and numbers they share; and it parses the command
-line the persistenced module writes for it (_persistenced). Each test runs both copies on
+reading and its locked writing (gpu.state); PCI bus id parsing and the GPU list
+from /proc/driver/nvidia/gpus (gpu.rpc, gpu.backends); the version 1 Set call of the RPC
+client (gpu.rpc); the paths and numbers they share; and it parses the command
+line the persistenced module writes for it (persistenced.rules). Each test runs both copies on
 the same inputs, malformed ones included, and wants the same answers. Where the copies
 answer differently, a table here names each difference, so that a change to either copy
 fails a test until the other copy (or the table) follows.
@@ -31,10 +31,11 @@ from importlib.util import module_from_spec, spec_from_loader
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu as gpu_utils
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_rpc as rpc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends as gpu_utils
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state_dir
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 
 # GPUFLEET_DAEMON_UNDER_TEST: hold another copy of the daemon to module_utils (as tests/daemon does).
 DAEMON_PATH = (os.environ.get('GPUFLEET_DAEMON_UNDER_TEST')
@@ -62,13 +63,13 @@ DAEMON = load_daemon()
     (DAEMON.PROGRAM, rpc.PROGRAM),
     (DAEMON.LAST_FRAGMENT, rpc._LAST_FRAGMENT),
     (DAEMON.RUN_DIR, pd.RUN_DIR),
-    (DAEMON.RUN_DIR, state.RUN_DIR),
+    (DAEMON.RUN_DIR, state_dir.RUN_DIR),
     (DAEMON.RUN_DIR, gpu_utils.RUN_DIR),
     (os.path.join(DAEMON.RUN_DIR, DAEMON.SOCKET_NAME), rpc.DEFAULT_SOCKET_PATH),
     (os.path.join(DAEMON.RUN_DIR, DAEMON.SOCKET_NAME), pd.SOCKET),
     (os.path.join(DAEMON.RUN_DIR, DAEMON.PID_NAME), pd.PID_FILE),
     (DAEMON.PROC_GPUS, gpu_utils.PROC_GPUS),
-    (DAEMON.DEFAULT_STATE_FILE, state.DEFAULT_PATH),
+    (DAEMON.DEFAULT_STATE_FILE, state_dir.DEFAULT_PATH),
     (DAEMON.DEFAULT_STATE_FILE, pd.STATE_FILE),
     (DAEMON.STATE_FORMAT_VERSION, state.FORMAT_VERSION),
     (DAEMON.STATE_MODES, state.MODES),
@@ -130,7 +131,7 @@ def outcome(error, call, *args):
 
 
 def parsed_by_both(text, path='/x/persistence.json'):
-    return outcome(DAEMON.StateError, DAEMON.parse_state, text, path), outcome(state.StateError, state.parse, text, path)
+    return outcome(DAEMON.StateError, DAEMON.parse_state, text, path), outcome(state_dir.StateError, state.parse, text, path)
 
 
 @pytest.mark.parametrize('text,error', STATE_TEXTS, ids=[text[:40] for text, _error in STATE_TEXTS])
@@ -202,7 +203,7 @@ def test_state_files_read_alike(tmp_path, case):
     """module_utils' load() and the daemon's read_state() (which also refuses a file of another owner
     than root or the directory's: not tried here, it needs root)."""
     path = make_state_path(str(tmp_path), case)
-    ours = outcome(state.StateError, state.load, path)
+    ours = outcome(state_dir.StateError, state.load, path)
     theirs = outcome(DAEMON.StateError, DAEMON.read_state, path)
     if case not in READ_WORDING_DIFFERS:
         assert theirs == ours

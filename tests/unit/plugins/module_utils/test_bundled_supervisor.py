@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
 
 from test_bundled_daemon_copies import DAEMON
 

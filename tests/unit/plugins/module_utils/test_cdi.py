@@ -22,8 +22,8 @@ import json
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi as cdi
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import spec as cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 # nvidia-ctk --quiet cdi generate --format json, verbatim (3167 bytes, one line, no trailing newline).
 SPEC_JSON = (

@@ -21,9 +21,9 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_apply as ca
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_boot as boot
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import apply as ca
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_cdi import ALIAS_BOMB, SPEC_JSON
 
@@ -305,7 +305,7 @@ def test_a_spec_that_cannot_be_read_is_stale_naming_the_file_and_replaced(host, 
 
 
 def test_stale_reasons_say_what_is_wrong():
-    new = ca._cdi.parse_spec(SPEC_JSON)
+    new = ca.spec_mod.parse_spec(SPEC_JSON)
     for fmt, text, wrong in [('yaml', ALIAS_BOMB, 'has a YAML anchor or alias at line 1'),
                              ('yaml', HOSTILE['deep maps'][0], 'is nested deeper than 64 levels'),
                              ('json', '[' * 5000 + ']' * 5000, 'is nested deeper than 64 levels'),
@@ -330,11 +330,11 @@ def test_absent_leaves_a_spec_that_cannot_be_read_and_says_why(host):
 def test_a_failed_spec_write_names_the_spec_and_leaves_no_temp_directory_it_made(host, monkeypatch):
     """The spec's temp file goes to a root-only sibling (/var/run/.cdi.gpufleet) made on the way: a write that fails
     (a full or read-only disk) removes it again, and the error names the spec."""
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
 
     def full(path, data, **kwargs):
-        raise _host.write_failed(path, OSError(28, 'No space left on device'))
-    monkeypatch.setattr(_host, 'write_atomic', full)
+        raise host_files.write_failed(path, OSError(28, 'No space left on device'))
+    monkeypatch.setattr(host_files, 'write_atomic', full)
     with pytest.raises(Exception) as exc:
         host.converge(Ctk())
     assert str(host.path(SPEC)) in str(exc.value) and 'No space left on device' in str(exc.value), str(exc.value)

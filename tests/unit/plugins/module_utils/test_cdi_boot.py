@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _boot_files
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_boot as boot
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import boot as init_boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
 
 NVIDIA_UNIT = '/lib/systemd/system/nvidia-cdi-refresh.service'
 PATH = '/var/run/cdi/nvidia.yaml'
@@ -79,7 +79,7 @@ def test_boot_files_are_ours_and_named_per_init_system(init):
     assert files['unit'][0] == {'systemd': '/etc/systemd/system/gpufleet-cdi-refresh.service',
                                 'sysvinit': '/etc/init.d/gpufleet-cdi-refresh',
                                 'upstart': '/etc/init/gpufleet-cdi-refresh.conf'}[init]
-    assert all(_boot_files.is_ours(text) for _path, text, _mode in files.values())
+    assert all(init_boot.is_ours(text) for _path, text, _mode in files.values())
     assert boot.boot_files('nvidia', 'systemd', PATH, '/usr/bin/nvidia-ctk', NAMES) == {
         'dropin': (boot.DROPIN_PATH, boot.render_dropin(), 0o644)}
 
@@ -92,18 +92,18 @@ def test_a_path_the_script_cannot_carry_or_the_engines_cannot_read_is_refused(pa
 
 def test_plans_write_reload_enable_and_remove_only_ours():
     desired = {'script': 's', 'unit': 'u'}
-    assert _boot_files.plan_present(('script', 'unit'), {}, desired, False) == [
+    assert init_boot.plan_present(('script', 'unit'), {}, desired, False) == [
         'write_script', 'write_unit', 'enable']
-    assert _boot_files.plan_present(('script', 'unit'), dict(desired), desired, True) == []
-    assert _boot_files.plan_present(('script', 'unit'), {'script': 's', 'unit': 'old'}, desired, True) == [
+    assert init_boot.plan_present(('script', 'unit'), dict(desired), desired, True) == []
+    assert init_boot.plan_present(('script', 'unit'), {'script': 's', 'unit': 'old'}, desired, True) == [
         'write_unit', 'reload_init']
     # A drop-in is read by systemd whenever it is written; NVIDIA's unit is enabled when it is not.
-    assert _boot_files.plan_present(('dropin',), {}, {'dropin': 'd'}, False) == ['write_dropin', 'reload_init',
-                                                                                 'enable']
-    assert _boot_files.plan_present(('dropin',), {'dropin': 'd'}, {'dropin': 'd'}, True) == []
-    ours = _boot_files.header('#', 'cdi_spec')
+    assert init_boot.plan_present(('dropin',), {}, {'dropin': 'd'}, False) == ['write_dropin', 'reload_init',
+                                                                               'enable']
+    assert init_boot.plan_present(('dropin',), {'dropin': 'd'}, {'dropin': 'd'}, True) == []
+    ours = init_boot.header('#', 'cdi_spec')
     current = {'dropin': ours, 'script': '#!/bin/sh\n# a site script\n', 'unit': ours}
-    assert _boot_files.plan_absent(('dropin', 'script', 'unit'), current, True) == [
+    assert init_boot.plan_absent(('dropin', 'script', 'unit'), current, True) == [
         'disable', 'remove_unit', 'remove_dropin', 'reload_init']
 
 
@@ -167,7 +167,7 @@ def test_refreshes_started_together_run_one_at_a_time_and_write_the_spec_once(tm
 def test_the_boot_script_and_the_module_share_the_temp_directory(tmp_path):
     directory = str(tmp_path / 'cdi')
     os.mkdir(directory)
-    assert boot.temp_directory(directory) == _host.private_directory(directory) == str(tmp_path / '.cdi.gpufleet')
+    assert boot.temp_directory(directory) == host_files.private_directory(directory) == str(tmp_path / '.cdi.gpufleet')
     assert boot.temp_directory('/var/run/cdi') == '/var/run/.cdi.gpufleet'
 
 

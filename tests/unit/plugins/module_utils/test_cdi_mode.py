@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""NVIDIA's runtime's mode, changed in place in its config.toml (``_cdi_mode``), and cdi_spec's ``runtime_mode``.
+"""NVIDIA's runtime's mode, changed in place in its config.toml (``cdi.mode``), and cdi_spec's ``runtime_mode``.
 
 The config file is what NVIDIA's nvidia-ctk 1.20.0 writes (``nvidia-ctk config default``, captured in
 fixtures/nvidia_runtime; its package's postinst writes the same with ``config --in-place``). nvidia-ctk itself is the
@@ -16,9 +16,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_mode as cm
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import mode as cm
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import _tomli as tomli
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError, GpufleetError
 
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_cdi_apply import Ctk, Host
 
@@ -86,7 +86,7 @@ def test_mode_names_are_words(name):
 @pytest.mark.parametrize('spec_dir, ok', [('/var/run/cdi', True), ('/run/cdi', True), ('/etc/cdi', True),
                                           ('/etc/cdi/x', False)])
 def test_the_spec_dir_must_be_one_the_runtime_reads(spec_dir, ok):
-    values = _tomli.loads(DEFAULT)
+    values = tomli.loads(DEFAULT)
     problem = cm.spec_dir_problem(values, values, spec_dir, CONFIG)
     assert (problem is None) is ok
     if not ok:
@@ -94,7 +94,7 @@ def test_the_spec_dir_must_be_one_the_runtime_reads(spec_dir, ok):
 
 
 def test_the_spec_dirs_default_to_nvidias():
-    values = _tomli.loads(DEFAULT)
+    values = tomli.loads(DEFAULT)
     assert cm.spec_dir_problem({}, values, '/var/run/cdi', CONFIG) is None
     own = {'nvidia-container-runtime': {'modes': {'cdi': {'spec-dirs': ['/srv/cdi']}}}}
     assert '/srv/cdi' in cm.spec_dir_problem(own, values, '/var/run/cdi', CONFIG)

@@ -13,7 +13,7 @@ import zipimport
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _compile_once
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common import compile_once
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def counting(monkeypatch):
 def test_each_file_is_compiled_once_and_runs(archive, monkeypatch):
     calls = counting(monkeypatch)
     counted = zipimport._compile_source
-    with _compile_once.compiled_once():
+    with compile_once.compiled_once():
         from gpufleet_zc import second
     assert second.VALUE == 42 and second.__file__.startswith(str(archive))
     assert sorted(set(calls)) == sorted(calls), calls  # no file twice
@@ -65,12 +65,12 @@ def test_without_it_zipimport_compiles_twice(archive, monkeypatch):
 def test_a_failed_import_restores_zipimport(archive):
     original = zipimport._compile_source
     with pytest.raises(ImportError):
-        with _compile_once.compiled_once():
+        with compile_once.compiled_once():
             import gpufleet_zc.missing  # noqa: F401
     assert zipimport._compile_source is original
 
 
 def test_nothing_changes_where_zipimport_has_no_compile_step(monkeypatch):
     monkeypatch.delattr(zipimport, '_compile_source')
-    with _compile_once.compiled_once():
+    with compile_once.compiled_once():
         assert not hasattr(zipimport, '_compile_source')

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""_containerd: schema choice, the present/absent plans on a corpus of real config.toml shapes, the dump comparison.
+"""containerd.config and containerd.plan: schema choice, the present/absent plans on a corpus of real config.toml shapes, the dump comparison.
 
 The effective configurations (``*.dump-1.6.20``) were recorded with Debian's
 containerd 1.6.20 (``containerd --config FILE config dump``); the real
@@ -17,10 +17,13 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import effective as containerd_effective
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import plan as containerd_plan
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
 
 CORPUS = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'containerd')
 V16 = (1, 6, 20)
@@ -42,7 +45,7 @@ def planned(text, state='present', version=V16, default_runtime=None, before=Non
     config = cd.Config(text, path)
     schema = cd.choose_schema(version, config.version, path)
     request = apply.Request(path=path, runtime_path=RUNTIME, state=state, default_runtime=default_runtime)
-    return cd.plan(config, request, schema, before or {}, cd.dump_schema(version)), schema
+    return containerd_plan.plan(config, request, schema, before or {}, cd.dump_schema(version)), schema
 
 
 def strip_ours(values, schema, names):
@@ -116,7 +119,7 @@ def test_a_marker_too_deep_to_read_counts_as_no_previous_default():
     hostile = plan.text.replace(cd.DEFAULT_MARK + '"runc"', cd.DEFAULT_MARK + '[' * 5000)
     assert hostile != plan.text
     config = cd.Config(hostile, 'config.toml')
-    assert cd.default_before_ours(config, cd.choose_schema(V16, 2, 'config.toml'), 'crun') == 'crun'
+    assert containerd_plan.default_before_ours(config, cd.choose_schema(V16, 2, 'config.toml'), 'crun') == 'crun'
     again, _schema = planned(hostile, before=before, default_runtime=True)
     assert 'default_runtime_name = "nvidia"' in again.text
 
@@ -177,17 +180,17 @@ def test_the_dump_comparison_names_what_else_changed():
     after = copy.deepcopy(before)
     cd.get(after, schema.runtimes)['nvidia'] = {'runtime_type': 'io.containerd.runc.v2',
                                                 'options': {'BinaryName': RUNTIME, 'SystemdCgroup': True}}
-    assert cd.compare_effective(before, after, request, schema, 'runc') == []
+    assert containerd_effective.compare_effective(before, after, request, schema, 'runc') == []
     # What a naive drop-in does on containerd 1.x: runc's SystemdCgroup and the pause image back at defaults.
     broken = copy.deepcopy(after)
     cd.get(broken, schema.runtime('runc'))['options']['SystemdCgroup'] = False
     cd.get(broken, schema.cri)['sandbox_image'] = 'registry.k8s.io/pause:3.6'
-    problems = cd.compare_effective(before, broken, request, schema, 'runc')
+    problems = containerd_effective.compare_effective(before, broken, request, schema, 'runc')
     assert any('SystemdCgroup' in p for p in problems) and any('sandbox_image' in p for p in problems)
     # A default runtime that names nothing: the CRI plugin would fail at start.
     gone = copy.deepcopy(after)
     del cd.get(gone, schema.runtimes)['runc']
-    assert any('names no runtime' in p for p in cd.compare_effective(before, gone, request, schema, None))
+    assert any('names no runtime' in p for p in containerd_effective.compare_effective(before, gone, request, schema, None))
 
 
 @pytest.mark.parametrize('text, version', [
@@ -202,7 +205,7 @@ def test_containerd_error_quotes_the_cri_plugin():
     log = ('time="x" level=info msg="loading plugin"\n'
            'time="x" level=warning msg="failed to load plugin io.containerd.grpc.v1.cri" error="invalid plugin config: '
            '`systemd_cgroup` only works for runtime io.containerd.runtime.v1.linux"\n')
-    assert apply.containerd_error(log) == ('CRI plugin: invalid plugin config: `systemd_cgroup` only works for runtime '
+    assert facts.containerd_error(log) == ('CRI plugin: invalid plugin config: `systemd_cgroup` only works for runtime '
                                            'io.containerd.runtime.v1.linux')
 
 
@@ -216,7 +219,7 @@ def test_containerd_error_quotes_the_cri_plugin_of_containerd_2():
            'time="x" level=warning msg="failed to load plugin" error="unable to load CRI runtime service plugin '
            'dependency: %s" id=io.containerd.grpc.v1.cri type=io.containerd.grpc.v1\n'
            'time="x" level=error msg="failed to load cni during init" error="cni config load failed"\n') % (cause, cause)
-    assert apply.containerd_error(log) == ('CRI plugin: invalid plugin config: no corresponding runtime configured in '
+    assert facts.containerd_error(log) == ('CRI plugin: invalid plugin config: no corresponding runtime configured in '
                                            '`containerd.runtimes` for `containerd` `default_runtime_name = "nvidia"')
 
 
@@ -233,9 +236,9 @@ def test_changed_since_counts_only_changes_after_the_start(tmp_path):
     path = tmp_path / 'config.toml'
     path.write_text('version = 2\n')
     ctime = os.stat(str(path)).st_ctime
-    assert _host.changed_since([str(path)], ctime + 1, tick=0.01) == []
-    assert _host.changed_since([str(path)], ctime - 1, tick=0.01) == [str(path)]
-    assert _host.changed_since([str(tmp_path / 'missing')], ctime, tick=0.01) == [str(tmp_path / 'missing')]
+    assert procs.changed_since([str(path)], ctime + 1, tick=0.01) == []
+    assert procs.changed_since([str(path)], ctime - 1, tick=0.01) == [str(path)]
+    assert procs.changed_since([str(tmp_path / 'missing')], ctime, tick=0.01) == [str(tmp_path / 'missing')]
 
 
 def effective(runtimes, default='runc', legacy=None):
@@ -258,13 +261,13 @@ def runc(**options):
     ('runc', {}, None),
 ])
 def test_the_template_is_the_default_then_runc_then_crun_and_only_runc_v2(default, runtimes, template):
-    assert cd.choose_template(runtimes, default, 'nvidia')[0] == template
+    assert containerd_plan.choose_template(runtimes, default, 'nvidia')[0] == template
 
 
 def test_the_template_is_copied_whole_but_binary_name_and_runtime_type():
     template = dict(runc(SystemdCgroup=True, NoPivotRoot=True, BinaryName='/usr/bin/crun'),
                     privileged_without_host_devices=True, pod_annotations=['a/*'], sandboxer='shim')
-    want = cd.desired_runtime(apply.Request(runtime_path=RUNTIME), template)
+    want = containerd_plan.desired_runtime(apply.Request(runtime_path=RUNTIME), template)
     assert want == {'runtime_type': 'io.containerd.runc.v2', 'privileged_without_host_devices': True,
                     'pod_annotations': ['a/*'], 'sandboxer': 'shim',
                     'options': {'SystemdCgroup': True, 'NoPivotRoot': True, 'BinaryName': RUNTIME}}
@@ -278,7 +281,7 @@ def test_the_template_is_copied_whole_but_binary_name_and_runtime_type():
 def test_the_sandboxer_the_cri_plugin_implies_is_not_copied_and_a_block_carrying_it_is_kept():
     # containerd 2.x dumps runc with sandboxer = 'podsandbox'; a runtime without the key starts on podsandbox too.
     template = dict(runc(SystemdCgroup=True), sandboxer='podsandbox')
-    want = cd.desired_runtime(apply.Request(runtime_path=RUNTIME), template)
+    want = containerd_plan.desired_runtime(apply.Request(runtime_path=RUNTIME), template)
     assert 'sandboxer' not in want
     text = 'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n  runtime_type = "x"\n'
     dump = {'plugins': {'io.containerd.cri.v1.runtime': {'containerd': {'default_runtime_name': 'runc',
@@ -309,7 +312,7 @@ def test_the_template_stays_the_default_this_module_replaced():
 def test_the_deprecated_default_runtime_table_is_the_default_and_default_runtime_true_is_refused():
     text = 'version = 1\n[plugins.cri.containerd.default_runtime]\n  runtime_type = "io.containerd.runc.v2"\n'
     before = effective({'runc': runc()}, legacy=runc(SystemdCgroup=True))
-    assert cd.cri_runtimes(before, cd.SCHEMAS[2])[1] == 'default'
+    assert containerd_plan.cri_runtimes(before, cd.SCHEMAS[2])[1] == 'default'
     with pytest.raises(DocumentError, match='line 2 sets the deprecated table .*no effect'):
         planned(text, default_runtime=True, before=before)
     plan, _schema = planned(text, before=before)
@@ -335,16 +338,16 @@ def test_an_existing_definition_is_taken_over_only_on_request_and_given_back_byt
         planned(STALE, before=before)
     config = cd.Config(STALE, 'config.toml')
     request = apply.Request(path='config.toml', runtime_path=RUNTIME, take_over=True)
-    plan = cd.plan(config, request, cd.SCHEMAS[2], before, cd.SCHEMAS[2])
+    plan = containerd_plan.plan(config, request, cd.SCHEMAS[2], before, cd.SCHEMAS[2])
     values = cd.loads(plan.text, 'x')
     assert values['plugins']['io.containerd.grpc.v1.cri']['containerd']['runtimes']['nvidia'] == plan.runtime
     assert values['debug'] == {'level': 'info'} and 'runc' in values['plugins']['io.containerd.grpc.v1.cri'][
         'containerd']['runtimes']
-    assert plan.text.count(cd.took_over_prefix('nvidia')) == 5 and '\n' not in plan.text.replace('\r\n', '')
-    again = cd.plan(cd.Config(plan.text, 'config.toml'), request, cd.SCHEMAS[2], before, cd.SCHEMAS[2])
+    assert plan.text.count(containerd_plan.took_over_prefix('nvidia')) == 5 and '\n' not in plan.text.replace('\r\n', '')
+    again = containerd_plan.plan(cd.Config(plan.text, 'config.toml'), request, cd.SCHEMAS[2], before, cd.SCHEMAS[2])
     assert again.text == plan.text
-    gone = cd.plan(cd.Config(plan.text, 'config.toml'), apply.Request(state='absent'), cd.SCHEMAS[2], before,
-                   cd.SCHEMAS[2])
+    gone = containerd_plan.plan(cd.Config(plan.text, 'config.toml'), apply.Request(state='absent'), cd.SCHEMAS[2], before,
+                                cd.SCHEMAS[2])
     assert gone.text == STALE  # byte for byte, the missing final line ending included
 
 
@@ -359,13 +362,13 @@ IMPORTS = 'version = 2\nimports = ["conf.d/*.toml", "extra.toml", "/etc/abs/*.to
 @pytest.mark.parametrize('version, glob_base', [((1, 6, 20), '/cwd'), ((1, 7, 24), '/cwd'), ((2, 1, 9), '/etc/c')])
 def test_relative_imports_resolve_as_that_containerd_does(version, glob_base):
     values = cd.loads(IMPORTS, '/etc/c/config.toml')
-    found = cd.import_patterns(values, '/etc/c/config.toml', '/cwd', cd.globs_from_file(version))
+    found = containerd_effective.import_patterns(values, '/etc/c/config.toml', '/cwd', containerd_effective.globs_from_file(version))
     assert found == [(glob_base + '/conf.d/*.toml', True), ('/etc/c/extra.toml', False), ('/etc/abs/*.toml', True)]
 
 
 def test_the_probe_names_absolutely_what_containerd_takes_from_the_files_directory():
-    one = cd.probe_text(IMPORTS, '/etc/c/config.toml', '/etc/c', cd.globs_from_file((1, 6, 20)))
-    two = cd.probe_text(IMPORTS, '/etc/c/config.toml', '/etc/c', cd.globs_from_file((2, 1, 9)))
+    one = containerd_effective.probe_text(IMPORTS, '/etc/c/config.toml', '/etc/c', containerd_effective.globs_from_file((1, 6, 20)))
+    two = containerd_effective.probe_text(IMPORTS, '/etc/c/config.toml', '/etc/c', containerd_effective.globs_from_file((2, 1, 9)))
     assert cd.loads(one, 'x')['imports'] == ['conf.d/*.toml', '/etc/c/extra.toml', '/etc/abs/*.toml']
     assert cd.loads(two, 'x')['imports'] == ['/etc/c/conf.d/*.toml', '/etc/c/extra.toml', '/etc/abs/*.toml']
-    assert cd.globs_from_file(None) is False
+    assert containerd_effective.globs_from_file(None) is False

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""_containerd's ``cdi`` plans: enable_cdi and cdi_spec_dirs set in place behind a marker, added to the file's CRI
+"""containerd.cdi's plans: enable_cdi and cdi_spec_dirs set in place behind a marker, added to the file's CRI
 table, or written in the block; put back byte for byte by ``cdi: false`` and ``state: absent``.
 
 The dumps are shaped as the real ones (measured with 1.6.20, 1.7.24 and 2.1.9: docs/containerd.md); the real
@@ -14,10 +14,13 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import dirs as cdi_dirs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import cdi as containerd_cdi
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import effective as containerd_effective
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import plan as containerd_plan
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
 
 V17 = (1, 7, 24)
 V2 = (2, 1, 9)
@@ -85,8 +88,8 @@ def planned(text, version=V17, before=None, **options):
     config = cd.Config(text, 'config.toml')
     schema = cd.choose_schema(version, config.version, 'config.toml')
     request = apply.Request(path='config.toml', **options)
-    return cd.plan(config, request, schema, effective(text, version) if before is None else before,
-                   cd.dump_schema(version))
+    return containerd_plan.plan(config, request, schema, effective(text, version) if before is None else before,
+                                cd.dump_schema(version))
 
 
 def variants(text):
@@ -95,7 +98,7 @@ def variants(text):
 
 
 def cdi_of(text, version=V17):
-    state = cd.cdi_state(effective(text, version), cd.dump_schema(version))
+    state = containerd_cdi.cdi_state(effective(text, version), cd.dump_schema(version))
     return state['enabled'], state['spec_dirs']
 
 
@@ -169,7 +172,7 @@ def test_on_2x_cdi_is_on_by_default_and_nothing_is_written(version):
     (['/etc/cdi', '/var/run/cdi'], []), (['/run/cdi'], []), (['/var/run/cdi/'], []), (['/etc/cdi/../cdi'], []),
     (['/opt/cdi', '/opt/cdi', '/run/cdi'], ['/opt/cdi']), ([], [])])
 def test_run_cdi_is_var_run_cdi_and_a_list_that_reads_every_directory_is_left_alone(dirs, missing):
-    assert _cdi_dirs.missing_directories(DIRS, dirs) == missing
+    assert cdi_dirs.missing_directories(DIRS, dirs) == missing
     plan = planned(planned(DEFAULT_17).text, cdi=True, cdi_spec_dirs=dirs)
     assert ('cdi_spec_dirs' in plan.cdi_keys) == bool(missing)
 
@@ -229,10 +232,10 @@ def test_containerd_16_has_no_cdi_and_is_refused_naming_file_and_version():
     del before['plugins']['io.containerd.grpc.v1.cri']['enable_cdi']
     with pytest.raises(DocumentError, match=r'^/etc/containerd/config.toml: cdi=true, but the installed containerd '
                                             r'1.6.20 has no CDI \(its `config dump` has no enable_cdi'):
-        cd.check_cdi_request(request, request.path, before, cd.SCHEMAS[2], '1.6.20')
-    cd.check_cdi_request(apply.Request(cdi=False), 'f', before, cd.SCHEMAS[2], '1.6.20')  # nothing asked: fine
+        containerd_cdi.check_cdi_request(request, request.path, before, cd.SCHEMAS[2], '1.6.20')
+    containerd_cdi.check_cdi_request(apply.Request(cdi=False), 'f', before, cd.SCHEMAS[2], '1.6.20')  # nothing asked: fine
     with pytest.raises(DocumentError, match='must be absolute directories, not cdi'):
-        cd.check_cdi_request(apply.Request(cdi=True, cdi_spec_dirs=['cdi']), 'f', dump(), cd.SCHEMAS[2], '1.7.24')
+        containerd_cdi.check_cdi_request(apply.Request(cdi=True, cdi_spec_dirs=['cdi']), 'f', dump(), cd.SCHEMAS[2], '1.7.24')
 
 
 def test_a_cri_table_written_with_dotted_keys_is_refused():
@@ -246,24 +249,24 @@ def test_the_dump_check_accepts_exactly_the_cdi_keys_asked_for():
     request = apply.Request(cdi=True)
     schema = cd.SCHEMAS[2]
     before = dump(nvidia=True)
-    assert cd.compare_effective(before, dump(nvidia=True, enabled=True), request, schema, 'runc', cdi_keys=['enable_cdi']) == []
+    assert containerd_effective.compare_effective(before, dump(nvidia=True, enabled=True), request, schema, 'runc', cdi_keys=['enable_cdi']) == []
     # A key the plan did not change may not move.
-    assert cd.compare_effective(before, dump(nvidia=True, enabled=True, dirs=DIRS + ['/x']), request, schema, 'runc',
-                                cdi_keys=['enable_cdi']) == ['plugins."io.containerd.grpc.v1.cri".cdi_spec_dirs changed']
+    assert containerd_effective.compare_effective(before, dump(nvidia=True, enabled=True, dirs=DIRS + ['/x']), request, schema, 'runc',
+                                                  cdi_keys=['enable_cdi']) == ['plugins."io.containerd.grpc.v1.cri".cdi_spec_dirs changed']
     # What containerd did not take (an imported file wins): caught.
-    assert cd.compare_effective(before, dump(nvidia=True, enabled=False), request, schema, 'runc', cdi_keys=['enable_cdi']) == [
+    assert containerd_effective.compare_effective(before, dump(nvidia=True, enabled=False), request, schema, 'runc', cdi_keys=['enable_cdi']) == [
         'enable_cdi is false, not true']
-    assert cd.compare_effective(before, dump(nvidia=True, enabled=True, dirs=['/etc/cdi']), request, schema, 'runc',
-                                cdi_keys=CD_KEYS) == ['cdi_spec_dirs ["/etc/cdi"] lacks /var/run/cdi']
+    assert containerd_effective.compare_effective(before, dump(nvidia=True, enabled=True, dirs=['/etc/cdi']), request, schema, 'runc',
+                                                  cdi_keys=CD_KEYS) == ['cdi_spec_dirs ["/etc/cdi"] lacks /var/run/cdi']
     # Another CRI setting changed along: caught.
     other = dump(nvidia=True, enabled=True)
     other['plugins']['io.containerd.grpc.v1.cri']['sandbox_image'] = 'x'
-    assert cd.compare_effective(before, other, request, schema, 'runc', cdi_keys=CD_KEYS) == [
+    assert containerd_effective.compare_effective(before, other, request, schema, 'runc', cdi_keys=CD_KEYS) == [
         'plugins."io.containerd.grpc.v1.cri".sandbox_image added']
     # cdi=false/absent: the keys put back may change, to anything.
-    assert cd.compare_effective(dump(nvidia=True, enabled=True), before, apply.Request(cdi=False), schema, 'runc',
-                                cdi_keys=['enable_cdi']) == []
-    assert cd.compare_effective(dump(nvidia=True, enabled=True), before, apply.Request(cdi=False), schema, 'runc') == [
+    assert containerd_effective.compare_effective(dump(nvidia=True, enabled=True), before, apply.Request(cdi=False), schema, 'runc',
+                                                  cdi_keys=['enable_cdi']) == []
+    assert containerd_effective.compare_effective(dump(nvidia=True, enabled=True), before, apply.Request(cdi=False), schema, 'runc') == [
         'plugins."io.containerd.grpc.v1.cri".enable_cdi changed']
 
 
@@ -271,6 +274,6 @@ CD_KEYS = list(cd.CDI_KEYS)
 
 
 def test_the_result_reports_the_effective_cdi_state():
-    assert cd.cdi_state(dump(V2), cd.SCHEMAS[3]) == {'enabled': True, 'spec_dirs': DIRS}
-    assert cd.cdi_state(dump(), cd.SCHEMAS[2]) == {'enabled': False, 'spec_dirs': DIRS}
-    assert cd.cdi_state({'plugins': {'io.containerd.grpc.v1.cri': {'sandbox_image': 'x'}}}, cd.SCHEMAS[2]) is None
+    assert containerd_cdi.cdi_state(dump(V2), cd.SCHEMAS[3]) == {'enabled': True, 'spec_dirs': DIRS}
+    assert containerd_cdi.cdi_state(dump(), cd.SCHEMAS[2]) == {'enabled': False, 'spec_dirs': DIRS}
+    assert containerd_cdi.cdi_state({'plugins': {'io.containerd.grpc.v1.cri': {'sandbox_image': 'x'}}}, cd.SCHEMAS[2]) is None

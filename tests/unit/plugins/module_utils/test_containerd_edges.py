@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""_containerd on installer-style layouts: a second and third run change nothing, absent gives the exact bytes back.
+"""containerd.config and containerd.plan on installer-style layouts: a second and third run change nothing, absent gives the exact bytes back.
 
 The property test writes config.toml files the way installers and hand edits do (indentation by depth or flat, two
 or four spaces or tabs, CRLF, comments, a last line without a line ending, trailing blanks) and checks the plans only;
@@ -15,9 +15,11 @@ __metaclass__ = type
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import plan as containerd_plan
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import toml_splice as ts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
 
 V16 = (1, 6, 20)
 V2 = (2, 1, 9)
@@ -65,7 +67,7 @@ def plan(text, state='present', default_runtime=None, version=V16, before=None):
     config = cd.Config(text, 'config.toml')
     schema = cd.choose_schema(version, config.version, 'config.toml')
     request = apply.Request(path='config.toml', runtime_path=RUNTIME, state=state, default_runtime=default_runtime)
-    return cd.plan(config, request, schema, before or dump_of(text, version), cd.dump_schema(version))
+    return containerd_plan.plan(config, request, schema, before or dump_of(text, version), cd.dump_schema(version))
 
 
 @pytest.mark.parametrize('name', sorted(INSTALLERS))
@@ -149,7 +151,7 @@ def config_files(draw):
             continue
         path = paths[name]
         depth = (len(path) - 1) if nested else 0
-        lines.append(step * depth + '[%s]' % cd.ts.dotted(path))
+        lines.append(step * depth + '[%s]' % ts.dotted(path))
         for key, value in chosen[name]:
             lines.append(step * (depth + 1) + '%s = %s' % (key, value))
             if draw(st.booleans()):
@@ -218,11 +220,11 @@ def test_absent_that_would_bring_back_a_broken_default_says_how_to_go_on():
     assert back.text == text
     after = dump_of(text.replace('"custom"', '"runc"'))
     cd.get(after, cd.SCHEMAS[2].containerd)['default_runtime_name'] = 'custom'
-    message = cd.dead_default(config, cd.SCHEMAS[2], after, cd.SCHEMAS[2], apply.Request(state='absent'))
+    message = containerd_plan.dead_default(config, cd.SCHEMAS[2], after, cd.SCHEMAS[2], apply.Request(state='absent'))
     assert ('would leave default_runtime_name = "custom" (line 4 of config.toml, the value it had before this module '
             'set "nvidia")') in message
     assert ('set default_runtime_name at line 4 to a runtime that stays (runc) or remove it (containerd then uses '
             '"runc") and delete the comment line "%s..." above it, then run state=absent again'
             % cd.DEFAULT_MARK.strip()) in message
-    assert cd.dead_default(config, cd.SCHEMAS[2], dump_of(text.replace('"custom"', '"runc"')), cd.SCHEMAS[2],
-                           apply.Request(state='absent')) is None
+    assert containerd_plan.dead_default(config, cd.SCHEMAS[2], dump_of(text.replace('"custom"', '"runc"')), cd.SCHEMAS[2],
+                                        apply.Request(state='absent')) is None

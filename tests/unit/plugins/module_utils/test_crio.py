@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""_crio and _crio_apply on fixture files and a fake service: CRI-O is not installable here.
+"""crio.config and crio.apply on fixture files and a fake service: CRI-O is not installable here.
 
 The merge and validation rules are CRI-O's as read in its source (docs/crio.md); no real crio checks them.
 """
@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, ServiceError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as cr
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError, ServiceError
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'crio')
 RUNTIME = '/usr/bin/nvidia-container-runtime'

@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_dirs
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import dirs as cdi_dirs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as cr
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
 
 from test_crio import DROPIN, FakeService, FakeTools, V129, main, planned, table
 
@@ -68,8 +68,8 @@ def test_the_built_in_list_when_no_file_sets_it():
 @pytest.mark.parametrize('one, other', [('/run/cdi', '/var/run/cdi'), ('/var/run/cdi/', '/run/cdi'),
                                         ('/etc/cdi/', '/etc//cdi')])
 def test_spellings_of_one_directory_are_one(one, other):
-    assert _cdi_dirs.directory_key(one) == _cdi_dirs.directory_key(other)
-    assert _cdi_dirs.directory_key('/var/runx/cdi') != _cdi_dirs.directory_key('/runx/cdi')
+    assert cdi_dirs.directory_key(one) == cdi_dirs.directory_key(other)
+    assert cdi_dirs.directory_key('/var/runx/cdi') != cdi_dirs.directory_key('/runx/cdi')
 
 
 # ---- the drop-in ------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as cr
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
 
 from test_crio import FIXTURES, FakeService, FakeTools, RUNTIME, request
 

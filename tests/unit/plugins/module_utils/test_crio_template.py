@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio_apply as apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as cr
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply
 
 from test_crio import FakeService, FakeTools, RUNTIME, planned, request, table
 

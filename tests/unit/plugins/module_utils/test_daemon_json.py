@@ -13,12 +13,13 @@ import re
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _json_splice as splice
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import daemon_json as dj
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths as host_paths
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import dockerd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import json_splice as splice
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'daemon_json')
 GOOD = sorted(os.listdir(os.path.join(FIXTURES, 'good')))
@@ -349,9 +350,9 @@ def test_write_atomic_keeps_mode_and_follows_symlink(tmp_path):
     os.chmod(str(target), 0o600)
     link = tmp_path / 'daemon.json'
     os.symlink(str(target), str(link))
-    real = _host.resolve_path(str(link))
+    real = host_paths.resolve_path(str(link))
     assert real == str(target)
-    _host.write_atomic(real, b'{"a": 1}\n')
+    host_files.write_atomic(real, b'{"a": 1}\n')
     assert os.path.islink(str(link))
     assert target.read_text() == '{"a": 1}\n'
     assert os.stat(str(target)).st_mode & 0o777 == 0o600
@@ -362,13 +363,13 @@ def test_dangling_symlink_refused(tmp_path):
     link = tmp_path / 'daemon.json'
     os.symlink(str(tmp_path / 'missing.json'), str(link))
     with pytest.raises(GpufleetError, match='does not exist'):
-        _host.resolve_path(str(link))
+        host_paths.resolve_path(str(link))
 
 
 def test_new_file_mode(tmp_path):
     path = str(tmp_path / 'docker' / 'daemon.json')
-    _host.ensure_directory(path)
-    _host.write_atomic(path, b'{}\n')
+    host_files.ensure_directory(path)
+    host_files.write_atomic(path, b'{}\n')
     assert os.stat(str(tmp_path / 'docker')).st_mode & 0o777 == 0o755
     assert os.stat(path).st_mode & 0o777 == 0o644
 
@@ -526,9 +527,9 @@ def test_writable_directory_is_refused(tmp_path):
         os.chmod(str(directory), mode)
         with pytest.raises(GpufleetError, match='refusing to use the directory %s: it is writable by'
                            % re.escape(str(directory))):
-            _host.resolve_path(str(directory / 'daemon.json'))
+            host_paths.resolve_path(str(directory / 'daemon.json'))
     os.chmod(str(directory), 0o755)
-    assert _host.resolve_path(str(directory / 'daemon.json')) == str(directory / 'daemon.json')
+    assert host_paths.resolve_path(str(directory / 'daemon.json')) == str(directory / 'daemon.json')
 
 
 def test_directory_or_file_owned_by_another_user_is_refused(tmp_path):
@@ -546,7 +547,7 @@ def test_directory_or_file_owned_by_another_user_is_refused(tmp_path):
     os.chmod(str(path), 0o644)
     os.chown(str(directory), 4242, 4242)
     with pytest.raises(GpufleetError, match='directory %s: it is owned by uid 4242' % re.escape(str(directory))):
-        _host.resolve_path(str(path))
+        host_paths.resolve_path(str(path))
 
 
 def test_sticky_ancestor_is_fine_but_not_as_the_files_directory(tmp_path):
@@ -554,9 +555,9 @@ def test_sticky_ancestor_is_fine_but_not_as_the_files_directory(tmp_path):
     sticky.mkdir()
     os.chmod(str(sticky), 0o1777)
     (sticky / 'docker').mkdir()
-    assert _host.resolve_path(str(sticky / 'docker' / 'daemon.json')) == str(sticky / 'docker' / 'daemon.json')
+    assert host_paths.resolve_path(str(sticky / 'docker' / 'daemon.json')) == str(sticky / 'docker' / 'daemon.json')
     with pytest.raises(GpufleetError, match='refusing to use the directory'):
-        _host.resolve_path(str(sticky / 'daemon.json'))
+        host_paths.resolve_path(str(sticky / 'daemon.json'))
 
 
 def test_links_followed_only_when_trusted(tmp_path):
@@ -564,10 +565,10 @@ def test_links_followed_only_when_trusted(tmp_path):
     target.write_text('{}\n')
     link = tmp_path / 'daemon.json'
     os.symlink('real.json', str(link))
-    assert _host.resolve_path(str(link)) == str(target)
+    assert host_paths.resolve_path(str(link)) == str(target)
     os.lchown(str(link), 4242, 4242)
     with pytest.raises(GpufleetError, match='the symbolic link %s: it is owned by uid 4242' % re.escape(str(link))):
-        _host.resolve_path(str(link))
+        host_paths.resolve_path(str(link))
     # A link to a directory another user can write is refused at that directory.
     open_dir = tmp_path / 'open'
     open_dir.mkdir()
@@ -575,11 +576,11 @@ def test_links_followed_only_when_trusted(tmp_path):
     dir_link = tmp_path / 'docker'
     os.symlink(str(open_dir), str(dir_link))
     with pytest.raises(GpufleetError, match='directory %s' % re.escape(str(open_dir))):
-        _host.resolve_path(str(dir_link / 'daemon.json'))
+        host_paths.resolve_path(str(dir_link / 'daemon.json'))
     loop = tmp_path / 'loop'
     os.symlink('loop', str(loop))
     with pytest.raises(GpufleetError, match='too many levels'):
-        _host.resolve_path(str(loop))
+        host_paths.resolve_path(str(loop))
 
 
 def test_ensure_directory_tolerates_a_concurrent_creator(tmp_path, monkeypatch):
@@ -591,7 +592,7 @@ def test_ensure_directory_tolerates_a_concurrent_creator(tmp_path, monkeypatch):
         real_mkdir(directory, mode)
 
     monkeypatch.setattr(os, 'mkdir', racing_mkdir)
-    assert _host.ensure_directory(path) is False
+    assert host_files.ensure_directory(path) is False
     monkeypatch.setattr(os, 'mkdir', real_mkdir)
     assert os.path.isdir(os.path.dirname(path))
 
@@ -609,7 +610,7 @@ def test_ensure_directory_refuses_a_link_where_the_directory_should_be(tmp_path,
 
     monkeypatch.setattr(os, 'mkdir', planted)
     with pytest.raises(GpufleetError, match='is not a directory we can use'):
-        _host.ensure_directory(path)
+        host_files.ensure_directory(path)
     assert os.stat(str(elsewhere)).st_mode & 0o777 == 0o700
 
 
@@ -621,7 +622,7 @@ def test_write_failure_names_the_file_and_leaves_no_temp(tmp_path):
         raise OSError(28, 'No space left on device')
 
     with pytest.raises(GpufleetError, match='%s: cannot write: No space left on device' % re.escape(str(path))):
-        _host.write_atomic(str(path), b'{}\n', label=full)
+        host_files.write_atomic(str(path), b'{}\n', label=full)
     assert path.read_text() == '{"debug": true}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ['daemon.json']
 
@@ -630,7 +631,7 @@ def test_backup_copy_keeps_mode_and_content(tmp_path):
     path = tmp_path / 'daemon.json'
     path.write_text('{"debug": true}\n')
     os.chmod(str(path), 0o640)
-    name = _host.backup_copy(str(path))
+    name = host_files.backup_copy(str(path))
     assert name.startswith(str(path) + '.%d.' % os.getpid()) and name.endswith('~')
     assert open(name).read() == '{"debug": true}\n' and os.stat(name).st_mode & 0o777 == 0o640
 

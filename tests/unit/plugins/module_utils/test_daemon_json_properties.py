@@ -11,8 +11,8 @@ import json
 
 from hypothesis import assume, given, settings, strategies as st
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _json_splice as splice
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import daemon_json as dj
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import json_splice as splice
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-10 ** 30, max_value=10 ** 30),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12))

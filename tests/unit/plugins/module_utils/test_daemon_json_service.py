@@ -12,9 +12,9 @@ import signal
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dockerd as dockerd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import dockerd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import service as init_service
 
 
 class Recorder(object):
@@ -41,7 +41,7 @@ def test_systemd_reload_and_restart():
 
 
 def test_upstart_reload_and_restart_is_stop_then_start(tmp_path):
-    # The same restart as the persistence daemon's (_service.Service): "initctl restart" keeps the old job
+    # The same restart as the persistence daemon's (init_service.Service): "initctl restart" keeps the old job
     # definition and fails on a stopped job; stop ("Unknown instance" = already stopped) waits for
     # stop/waiting, then start.
     (tmp_path / 'docker.conf').write_text('exec /usr/bin/dockerd\n')
@@ -56,7 +56,7 @@ def test_upstart_reload_and_restart_is_stop_then_start(tmp_path):
 
 def test_sysvinit_reload_signals_pid_and_restart_runs_the_script(monkeypatch):
     sent = []
-    monkeypatch.setattr(_service.os, 'kill', lambda pid, signum: sent.append((pid, signum)))
+    monkeypatch.setattr(init_service.os, 'kill', lambda pid, signum: sent.append((pid, signum)))
     run = Recorder()
     service = dockerd.Dockerd(run, 'sysvinit', TOOLS)
     monkeypatch.setattr(service, 'pid', lambda: 777)
@@ -68,7 +68,7 @@ def test_sysvinit_reload_signals_pid_and_restart_runs_the_script(monkeypatch):
 
 def test_upstart_host_without_docker_job_manages_the_sysv_script(tmp_path, monkeypatch):
     sent = []
-    monkeypatch.setattr(_service.os, 'kill', lambda pid, signum: sent.append((pid, signum)))
+    monkeypatch.setattr(init_service.os, 'kill', lambda pid, signum: sent.append((pid, signum)))
     run = Recorder()
     service = dockerd.Dockerd(run, 'upstart', TOOLS, upstart_job_dir=str(tmp_path))
     monkeypatch.setattr(service, 'pid', lambda: 778)
@@ -162,7 +162,7 @@ def _serve_once(socket_path, body):
 
 @pytest.mark.parametrize('body', [b'[' * 100000, b'{"Runtimes": ' * 100000])
 def test_docker_api_deep_answer_is_an_api_error(tmp_path, body):
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, DockerAPIError
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker.api import DockerAPI, DockerAPIError
     socket_path = str(tmp_path / 'docker.sock')
     thread = _serve_once(socket_path, body)
     with pytest.raises(DockerAPIError, match='invalid JSON'):
@@ -173,10 +173,10 @@ def test_docker_api_deep_answer_is_an_api_error(tmp_path, body):
 def test_docker_api_answers_and_http_client_is_imported_only_for_a_request(tmp_path):
     import subprocess
     import sys
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPI, DockerAPIError
-    # a fresh interpreter: node_state (every concern's code, _docker_api included) loads without http.client
-    probe = ('import sys\nfrom ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state\n'
-             'concerns = list(_node_state._concerns.CONCERNS.values())\n'  # every concern's module, imported
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker.api import DockerAPI, DockerAPIError
+    # a fresh interpreter: node_state (every concern's code, docker.api included) loads without http.client
+    probe = ('import sys\nfrom ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state\n'
+             'concerns = list(concerns_node_state.registry.CONCERNS.values())\n'  # every concern's module, imported
              'print("http.client" in sys.modules)\n')
     out = subprocess.run([sys.executable, '-c', probe], check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))

@@ -16,9 +16,11 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dev_char as dc
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._docker_api import DockerAPIError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links import boot as device_links_boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links import links as dc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links import run as device_links_run
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker.api import DockerAPIError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
 
 
 class FakeStat(object):
@@ -204,17 +206,17 @@ def test_check_dirs_refuses_a_dev_root_others_can_write(tmp_path):
 # ---- boot pieces -------------------------------------------------------------------
 
 def test_boot_files_per_init_system():
-    assert sorted(dc.boot_files('systemd')) == ['script', 'udev_rule', 'unit']
-    assert dc.boot_files('systemd')['unit'][0] == '/etc/systemd/system/gpufleet-dev-char-links.service'
-    assert dc.boot_files('sysvinit')['unit'][0:3:2] == ('/etc/init.d/gpufleet-dev-char-links', 0o755)
-    assert dc.boot_files('upstart')['unit'][0] == '/etc/init/gpufleet-dev-char-links.conf'
-    assert sorted(dc.boot_files(None)) == ['script', 'udev_rule']
+    assert sorted(device_links_boot.boot_files('systemd')) == ['script', 'udev_rule', 'unit']
+    assert device_links_boot.boot_files('systemd')['unit'][0] == '/etc/systemd/system/gpufleet-dev-char-links.service'
+    assert device_links_boot.boot_files('sysvinit')['unit'][0:3:2] == ('/etc/init.d/gpufleet-dev-char-links', 0o755)
+    assert device_links_boot.boot_files('upstart')['unit'][0] == '/etc/init/gpufleet-dev-char-links.conf'
+    assert sorted(device_links_boot.boot_files(None)) == ['script', 'udev_rule']
     for init in ('systemd', 'sysvinit', 'upstart', None):
-        assert all(dc.is_ours(text) for _path, text, _mode in dc.boot_files(init).values())
+        assert all(device_links_boot.is_ours(text) for _path, text, _mode in device_links_boot.boot_files(init).values())
 
 
 def test_systemd_unit_runs_before_the_engines():
-    unit = dc.render_systemd()
+    unit = device_links_boot.render_systemd()
     assert 'Before=docker.service containerd.service crio.service kubelet.service' in unit.splitlines()
     assert 'Type=oneshot' in unit and 'RemainAfterExit=yes' in unit
     assert 'ExecStart=/usr/local/sbin/gpufleet-dev-char-links' in unit
@@ -223,16 +225,16 @@ def test_systemd_unit_runs_before_the_engines():
 
 
 def test_sysv_script_and_upstart_job():
-    script = dc.render_sysv()
+    script = device_links_boot.render_sysv()
     assert '# X-Start-Before:    docker containerd crio' in script
     assert '# Default-Start:     2 3 4 5' in script and 'exec /usr/local/sbin/gpufleet-dev-char-links' in script
-    job = dc.render_upstart()
+    job = device_links_boot.render_upstart()
     assert 'start on (starting docker or starting containerd or starting crio or runlevel [2345])' in job
     assert '\ntask\n' in job and 'exec /usr/local/sbin/gpufleet-dev-char-links' in job
 
 
 def test_udev_rule():
-    rule = dc.render_udev_rule()
+    rule = device_links_boot.render_udev_rule()
     assert 'ACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", RUN+="/usr/local/sbin/gpufleet-dev-char-links"' in rule
     assert 'KERNEL=="nvidia|nvidia_uvm|nvidia_modeset"' in rule and 'SUBSYSTEM=="module"' in rule
 
@@ -240,12 +242,12 @@ def test_udev_rule():
 def run_script(dev):
     path = os.path.join(str(dev), '.links.sh')
     with open(path, 'w') as handle:
-        handle.write(dc.render_script().replace('dev=/dev\n', 'dev=%s\n' % dev))
+        handle.write(device_links_boot.render_script().replace('dev=/dev\n', 'dev=%s\n' % dev))
     return subprocess.run(['sh', path], capture_output=True, text=True, check=False)
 
 
 def test_the_boot_scripts_parse_and_skip_what_is_not_a_node(tmp_path):
-    for text in (dc.render_script(), dc.render_sysv()):
+    for text in (device_links_boot.render_script(), device_links_boot.render_sysv()):
         assert subprocess.run(['sh', '-n', '-c', text], check=False).returncode == 0
     (tmp_path / 'nvidia0').write_text('a regular file, as the lab kit binds\n')
     os.symlink('/dev/null', str(tmp_path / 'nvidia1'))
@@ -278,18 +280,18 @@ def test_the_boot_script_links_like_the_module(tmp_path):
 
 def test_plan_boot_present():
     desired = {'script': 's', 'udev_rule': 'r', 'unit': 'u'}
-    assert dc.plan_boot_present({}, desired, False) == ['write_script', 'write_udev_rule', 'write_unit', 'enable']
-    assert dc.plan_boot_present(dict(desired), desired, True) == []
-    assert dc.plan_boot_present(dict(desired, unit='old'), desired, True) == ['write_unit', 'reload_init']
-    assert dc.plan_boot_present(dict(desired), desired, False) == ['enable']
-    assert dc.plan_boot_present({}, {'script': 's', 'udev_rule': 'r'}, False) == ['write_script', 'write_udev_rule']
+    assert device_links_boot.plan_boot_present({}, desired, False) == ['write_script', 'write_udev_rule', 'write_unit', 'enable']
+    assert device_links_boot.plan_boot_present(dict(desired), desired, True) == []
+    assert device_links_boot.plan_boot_present(dict(desired, unit='old'), desired, True) == ['write_unit', 'reload_init']
+    assert device_links_boot.plan_boot_present(dict(desired), desired, False) == ['enable']
+    assert device_links_boot.plan_boot_present({}, {'script': 's', 'udev_rule': 'r'}, False) == ['write_script', 'write_udev_rule']
 
 
 def test_plan_boot_absent_removes_only_our_files():
     ours = '# %s\n' % dc.MARKER
     current = {'script': ours, 'udev_rule': 'someone else\'s', 'unit': ours}
-    assert dc.plan_boot_absent(current, True) == ['disable', 'remove_unit', 'remove_script']
-    assert dc.plan_boot_absent({'script': None, 'udev_rule': None, 'unit': None}, False) == []
+    assert device_links_boot.plan_boot_absent(current, True) == ['disable', 'remove_unit', 'remove_script']
+    assert device_links_boot.plan_boot_absent({'script': None, 'udev_rule': None, 'unit': None}, False) == []
 
 
 # ---- the container report --------------------------------------------------------------
@@ -304,22 +306,22 @@ def container(name, started, devices=(), runtime='runc', env=(), requests=(), ru
 
 
 def test_parse_time():
-    assert dc.parse_time('1970-01-01T00:01:40Z') == 100
-    assert dc.parse_time('1970-01-01T00:01:40.5Z') == 100.5
-    assert dc.parse_time('1970-01-01T01:01:40.000000001+01:00') == pytest.approx(100.000000001)
-    assert dc.parse_time('0001-01-01T00:00:00Z') is not None
-    assert dc.parse_time('soon') is None and dc.parse_time(None) is None
+    assert device_links_run.parse_time('1970-01-01T00:01:40Z') == 100
+    assert device_links_run.parse_time('1970-01-01T00:01:40.5Z') == 100.5
+    assert device_links_run.parse_time('1970-01-01T01:01:40.000000001+01:00') == pytest.approx(100.000000001)
+    assert device_links_run.parse_time('0001-01-01T00:00:00Z') is not None
+    assert device_links_run.parse_time('soon') is None and device_links_run.parse_time(None) is None
 
 
 def test_uses_nvidia():
-    assert dc.uses_nvidia(container('a', '', devices=['/dev/nvidia0']))
-    assert dc.uses_nvidia(container('a', '', devices=['/dev/nvidia-caps/nvidia-cap1']))
-    assert dc.uses_nvidia(container('a', '', runtime='nvidia'))
-    assert dc.uses_nvidia(container('a', '', env=['NVIDIA_VISIBLE_DEVICES=all']))
-    assert dc.uses_nvidia(container('a', '', requests=[{'Driver': '', 'Capabilities': [['gpu']]}]))
-    assert not dc.uses_nvidia(container('a', '', devices=['/dev/sda', '/dev/fuse']))
-    assert not dc.uses_nvidia(container('a', '', env=['NVIDIA_VISIBLE_DEVICES=void', 'PATH=/bin']))
-    assert not dc.uses_nvidia({'Id': 'x'})
+    assert device_links_run.uses_nvidia(container('a', '', devices=['/dev/nvidia0']))
+    assert device_links_run.uses_nvidia(container('a', '', devices=['/dev/nvidia-caps/nvidia-cap1']))
+    assert device_links_run.uses_nvidia(container('a', '', runtime='nvidia'))
+    assert device_links_run.uses_nvidia(container('a', '', env=['NVIDIA_VISIBLE_DEVICES=all']))
+    assert device_links_run.uses_nvidia(container('a', '', requests=[{'Driver': '', 'Capabilities': [['gpu']]}]))
+    assert not device_links_run.uses_nvidia(container('a', '', devices=['/dev/sda', '/dev/fuse']))
+    assert not device_links_run.uses_nvidia(container('a', '', env=['NVIDIA_VISIBLE_DEVICES=void', 'PATH=/bin']))
+    assert not device_links_run.uses_nvidia({'Id': 'x'})
 
 
 def test_exposed_containers_started_before_the_links():
@@ -327,16 +329,16 @@ def test_exposed_containers_started_before_the_links():
     late = container('late', '1970-01-01T00:03:20Z', devices=['/dev/nvidia0'])
     plain = container('plain', '1970-01-01T00:01:40Z')
     stopped = container('stopped', '1970-01-01T00:01:40Z', runtime='nvidia', running=False)
-    found = dc.exposed_containers('systemd', [early, late, plain, stopped], 150.0)
+    found = device_links_run.exposed_containers('systemd', [early, late, plain, stopped], 150.0)
     assert [c['name'] for c in found] == ['early']
     assert found[0]['started_at'] == '1970-01-01T00:01:40Z' and len(found[0]['id']) == 12
     # links made by this run: every running GPU container
-    assert [c['name'] for c in dc.exposed_containers('systemd', [early, late], 1000.0)] == ['early', 'late']
+    assert [c['name'] for c in device_links_run.exposed_containers('systemd', [early, late], 1000.0)] == ['early', 'late']
     # a node without a working link: every GPU container
-    assert [c['name'] for c in dc.exposed_containers('systemd', [early, late], None)] == ['early', 'late']
+    assert [c['name'] for c in device_links_run.exposed_containers('systemd', [early, late], None)] == ['early', 'late']
     # cgroupfs: systemd does not manage the containers' devices
-    assert dc.exposed_containers('cgroupfs', [early, late], 1000.0) == []
-    warning = dc.exposure_warning(found[0])
+    assert device_links_run.exposed_containers('cgroupfs', [early, late], 1000.0) == []
+    warning = device_links_run.exposure_warning(found[0])
     assert 'early' in warning and 'Restart it to be safe' in warning and 'does not touch it' in warning
 
 
@@ -360,15 +362,15 @@ def test_docker_report_asks_for_containers_only_with_the_systemd_driver():
     early = container('early', '1970-01-01T00:01:40Z', devices=['/dev/nvidia0'])
     api = FakeAPI({'/info': {'CgroupDriver': 'systemd'}, '/containers/json': [{'Id': early['Id']}, {'Id': '../x'}],
                    '/containers/%s/json' % early['Id']: early})
-    driver, exposed = dc.docker_report(api, 1000.0)
+    driver, exposed = device_links_run.docker_report(api, 1000.0)
     assert driver == 'systemd' and [c['name'] for c in exposed] == ['early']
     assert '/containers/../x/json' not in api.asked
     api = FakeAPI({'/info': {'CgroupDriver': 'cgroupfs'}})
-    assert dc.docker_report(api, 1000.0) == ('cgroupfs', []) and api.asked == ['/info']
+    assert device_links_run.docker_report(api, 1000.0) == ('cgroupfs', []) and api.asked == ['/info']
 
 
 def test_docker_report_without_dockerd_is_nothing_to_report():
     api = FakeAPI({}, error=DockerAPIError('no socket', unreachable=True))
-    assert dc.docker_report(api, 1000.0) == (None, [])
+    assert device_links_run.docker_report(api, 1000.0) == (None, [])
     with pytest.raises(DockerAPIError):
-        dc.docker_report(FakeAPI({}, error=DockerAPIError('HTTP 500')), 1000.0)
+        device_links_run.docker_report(FakeAPI({}, error=DockerAPIError('HTTP 500')), 1000.0)

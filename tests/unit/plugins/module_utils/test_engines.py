@@ -15,8 +15,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _engines
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import engines as concerns_engines
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'containerd')
 
@@ -44,7 +44,7 @@ class Containerd(object):
 
 
 def test_nothing_installed_takes_nothing():
-    found = _engines.detect(Containerd(), which=installed())
+    found = concerns_engines.detect(Containerd(), which=installed())
     assert found['auto'] == []
     assert sorted(found['engines']) == ['containerd', 'crio', 'docker']
     for engine, facts in found['engines'].items():
@@ -56,7 +56,7 @@ def test_every_engine_installed_is_taken_in_the_role_order(tmp_path):
     config = tmp_path / 'config.toml'
     config.write_text('version = 2\n')
     run = Containerd(default_dump())
-    found = _engines.detect(run, containerd_config=str(config), which=installed('dockerd', 'containerd', 'crio'))
+    found = concerns_engines.detect(run, containerd_config=str(config), which=installed('dockerd', 'containerd', 'crio'))
     assert found['auto'] == ['containerd', 'crio', 'docker']
     assert found['engines']['docker']['binary'] == '/usr/sbin/dockerd'
     assert found['engines']['containerd']['cri_disabled'] is None
@@ -66,7 +66,7 @@ def test_every_engine_installed_is_taken_in_the_role_order(tmp_path):
 
 def test_without_a_config_file_containerd_defaults_are_asked(tmp_path):
     run = Containerd(default_dump())
-    found = _engines.detect(run, containerd_config=str(tmp_path / 'missing.toml'), which=installed('containerd'))
+    found = concerns_engines.detect(run, containerd_config=str(tmp_path / 'missing.toml'), which=installed('containerd'))
     assert found['auto'] == ['containerd']
     assert run.calls == [['/usr/bin/containerd', 'config', 'default']]
     assert "containerd's defaults" in found['engines']['containerd']['reason']
@@ -78,7 +78,7 @@ def test_a_containerd_with_the_cri_plugin_disabled_is_left_out(tmp_path, entry):
     config.write_text('disabled_plugins = ["%s"]\n' % entry)
     dump = default_dump().replace('disabled_plugins = []', 'disabled_plugins = ["%s"]' % entry)
     assert dump != default_dump()
-    found = _engines.detect(Containerd(dump), containerd_config=str(config), which=installed('dockerd', 'containerd'))
+    found = concerns_engines.detect(Containerd(dump), containerd_config=str(config), which=installed('dockerd', 'containerd'))
     assert found['auto'] == ['docker']
     facts = found['engines']['containerd']
     assert facts['installed'] is True and facts['auto'] is False and facts['cri_disabled'] == entry
@@ -98,6 +98,6 @@ def test_a_containerd_that_cannot_read_its_file_is_taken_so_the_module_reports_i
     config = tmp_path / 'config.toml'
     config.write_text('[broken\n')
     rc, out, err = answer
-    found = _engines.detect(Containerd(out, rc, err), containerd_config=str(config), which=installed('containerd'))
+    found = concerns_engines.detect(Containerd(out, rc, err), containerd_config=str(config), which=installed('containerd'))
     assert found['auto'] == ['containerd']
     assert 'cannot read' in found['engines']['containerd']['reason']

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Selectors, planning, roll-back and error mapping of module_utils/_gpu.py."""
+"""Selectors, planning, roll-back and error mapping of module_utils/gpu/backends.py."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,7 +13,7 @@ import sys
 import pynvml
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
 
 
 def make_gpus(count=4):
@@ -42,7 +42,7 @@ class FakeBackend(object):
     def set_mode(self, gpu, mode):
         self.sets.append((gpu['pci_bus_id'], mode))
         if gpu['pci_bus_id'] == self.fail_on:
-            raise _gpu.GpuError('boom on %s' % _gpu.describe(gpu))
+            raise backends.GpuError('boom on %s' % backends.describe(gpu))
         if gpu['pci_bus_id'] != self.stuck:
             self.modes[gpu['pci_bus_id']] = mode
 
@@ -53,7 +53,7 @@ class FakeBackend(object):
     ('00000000:2B:00.0', 1), ('0000:2b:00.0', 1), ('2b:00.0', 1), ('2B:00.1', 1),
 ])
 def test_selectors(selector, index):
-    assert _gpu.resolve(make_gpus(), selector)['index'] == index
+    assert backends.resolve(make_gpus(), selector)['index'] == index
 
 
 @pytest.mark.parametrize('selector,why', [
@@ -61,44 +61,44 @@ def test_selectors(selector, index):
     ('eth0', 'is not a GPU index, UUID'), ('1b:00', 'is not a GPU index, UUID'),
 ])
 def test_unknown_selectors_list_the_gpus_that_exist(selector, why):
-    with pytest.raises(_gpu.GpuError) as exc:
-        _gpu.resolve(make_gpus(2), selector)
+    with pytest.raises(backends.GpuError) as exc:
+        backends.resolve(make_gpus(2), selector)
     assert why in str(exc.value)
     assert 'GPUs here: GPU 0 (GPU-0000a100-0000-0000-0000-000000000000, 00000000:1B:00.0), GPU 1' in str(exc.value)
 
 
 def test_desired_modes_all_and_conflicts():
     gpus = make_gpus(3)
-    assert _gpu.desired_modes(gpus, ['all'], 'enabled') == dict((g['pci_bus_id'], 'enabled') for g in gpus)
-    assert _gpu.desired_modes(gpus, None, 'disabled')['00000000:3B:00.0'] == 'disabled'
-    mixed = _gpu.desired_modes(gpus, modes=[{'gpu': 0, 'mode': 'enabled'}, {'gpu': '3b:00.0', 'mode': 'disabled'}])
+    assert backends.desired_modes(gpus, ['all'], 'enabled') == dict((g['pci_bus_id'], 'enabled') for g in gpus)
+    assert backends.desired_modes(gpus, None, 'disabled')['00000000:3B:00.0'] == 'disabled'
+    mixed = backends.desired_modes(gpus, modes=[{'gpu': 0, 'mode': 'enabled'}, {'gpu': '3b:00.0', 'mode': 'disabled'}])
     assert mixed == {'00000000:1B:00.0': 'enabled', '00000000:3B:00.0': 'disabled'}
     # The same GPU twice, same mode: fine. Different modes: an error naming it.
-    assert len(_gpu.desired_modes(gpus, [0, '1b:00.0'], 'enabled')) == 1
-    with pytest.raises(_gpu.GpuError, match='both enabled and disabled'):
-        _gpu.desired_modes(gpus, modes=[{'gpu': 0, 'mode': 'enabled'}, {'gpu': '1b:00.0', 'mode': 'disabled'}])
+    assert len(backends.desired_modes(gpus, [0, '1b:00.0'], 'enabled')) == 1
+    with pytest.raises(backends.GpuError, match='both enabled and disabled'):
+        backends.desired_modes(gpus, modes=[{'gpu': 0, 'mode': 'enabled'}, {'gpu': '1b:00.0', 'mode': 'disabled'}])
 
 
 def test_converge_changes_only_what_differs_and_check_mode_changes_nothing():
     gpus = make_gpus(4)
     backend = FakeBackend(gpus, modes={'00000000:1B:00.0': 'enabled', '00000000:2B:00.0': 'disabled',
                                        '00000000:3B:00.0': 'enabled', '00000000:4B:00.0': 'disabled'})
-    unused_gpus, report = _gpu.converge(backend, ['all'], 'enabled', check_mode=True)
+    unused_gpus, report = backends.converge(backend, ['all'], 'enabled', check_mode=True)
     assert [e['changed'] for e in report] == [False, True, False, True]
     assert backend.sets == []
-    unused_gpus, report = _gpu.converge(backend, ['all'], 'enabled')
+    unused_gpus, report = backends.converge(backend, ['all'], 'enabled')
     assert backend.sets == [('00000000:2B:00.0', 'enabled'), ('00000000:4B:00.0', 'enabled')]
     assert [(e['before'], e['after']) for e in report][1] == ('disabled', 'enabled')
     backend.sets = []
-    unused_gpus, report = _gpu.converge(backend, ['all'], 'enabled')
+    unused_gpus, report = backends.converge(backend, ['all'], 'enabled')
     assert backend.sets == [] and not any(e['changed'] for e in report)
 
 
 def test_failed_set_rolls_back_what_was_changed():
     gpus = make_gpus(4)
     backend = FakeBackend(gpus, fail_on='00000000:3B:00.0')
-    with pytest.raises(_gpu.GpuError) as exc:
-        _gpu.converge(backend, ['all'], 'enabled')
+    with pytest.raises(backends.GpuError) as exc:
+        backends.converge(backend, ['all'], 'enabled')
     assert 'boom on GPU 2' in str(exc.value)
     assert 'set back: GPU 1' in str(exc.value) and 'GPU 0' in str(exc.value)
     assert set(backend.modes.values()) == {'disabled'}
@@ -106,8 +106,8 @@ def test_failed_set_rolls_back_what_was_changed():
 
 def test_read_back_mismatch_fails_and_rolls_back():
     backend = FakeBackend(make_gpus(2), stuck='00000000:2B:00.0')
-    with pytest.raises(_gpu.GpuError, match='still reads disabled after being set enabled'):
-        _gpu.converge(backend, ['all'], 'enabled')
+    with pytest.raises(backends.GpuError, match='still reads disabled after being set enabled'):
+        backends.converge(backend, ['all'], 'enabled')
     assert backend.modes['00000000:1B:00.0'] == 'disabled'
 
 
@@ -121,8 +121,8 @@ def test_read_back_mismatch_fails_and_rolls_back():
 ])
 def test_nvml_errors_name_host_gpu_and_remedy(code, name, remedy):
     gpu = make_gpus(1)[0]
-    message = _gpu.nvml_error_message(pynvml.NVMLError(code), 'setting persistence mode enabled on', gpu)
-    assert message.startswith(_gpu.host() + ': setting persistence mode enabled on GPU 0 (GPU-0000a100')
+    message = backends.nvml_error_message(pynvml.NVMLError(code), 'setting persistence mode enabled on', gpu)
+    assert message.startswith(backends.host() + ': setting persistence mode enabled on GPU 0 (GPU-0000a100')
     assert '00000000:1B:00.0' in message
     assert '(NVML %s)' % name in message and remedy in message
 
@@ -140,22 +140,22 @@ def test_proc_gpus_are_indexed_in_pci_order(tmp_path):
     write_information(root, '0000:c1:00.0', 'GPU-c', 2)
     write_information(root, '0000:01:00.0', 'GPU-a', 0)
     write_information(root, '0000:41:00.0', 'GPU-b', 1)
-    gpus = _gpu.read_proc_gpus(root)
+    gpus = backends.read_proc_gpus(root)
     assert [(g['index'], g['uuid'], g['pci_bus_id'], g['minor']) for g in gpus] == [
         (0, 'GPU-a', '00000000:01:00.0', 0), (1, 'GPU-b', '00000000:41:00.0', 1), (2, 'GPU-c', '00000000:C1:00.0', 2)]
     assert gpus[0]['name'] == 'NVIDIA A100-SXM4-80GB'
 
 
 def test_missing_proc_says_driver_not_loaded(tmp_path):
-    with pytest.raises(_gpu.GpuError, match='kernel driver is not loaded'):
-        _gpu.read_proc_gpus(str(tmp_path / 'nope'))
+    with pytest.raises(backends.GpuError, match='kernel driver is not loaded'):
+        backends.read_proc_gpus(str(tmp_path / 'nope'))
 
 
 def test_driver_version(tmp_path):
     path = tmp_path / 'version'
     path.write_text('NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.171.04  Tue Mar 19 2024\nGCC version: 12\n')
-    assert _gpu.read_driver_version(str(path)) == '535.171.04'
-    assert _gpu.read_driver_version(str(tmp_path / 'missing')) is None
+    assert backends.read_driver_version(str(path)) == '535.171.04'
+    assert backends.read_driver_version(str(tmp_path / 'missing')) is None
 
 
 def test_choose_backend_without_daemon_needs_pynvml(tmp_path):
@@ -163,54 +163,56 @@ def test_choose_backend_without_daemon_needs_pynvml(tmp_path):
         raise ImportError('no pynvml')
     socket = str(tmp_path / 'socket')
     for backend in ('auto', 'nvml'):
-        with pytest.raises(_gpu.MissingLibrary) as exc:
-            _gpu.choose_backend(backend, socket, 1.0, no_pynvml, purpose='to count GPUs')
-        assert exc.value.library == _gpu.NVML_LIBRARY == 'nvidia-ml-py'
+        with pytest.raises(backends.MissingLibrary) as exc:
+            backends.choose_backend(backend, socket, 1.0, no_pynvml, purpose='to count GPUs')
+        assert exc.value.library == backends.NVML_LIBRARY == 'nvidia-ml-py'
         assert exc.value.reason == 'to count GPUs when no persistence daemon answers on %s' % socket
-    with pytest.raises(_gpu.GpuError, match='no persistence daemon answers'):
-        _gpu.choose_backend('rpc', str(tmp_path / 'socket'), 1.0, no_pynvml)
-    backend, answers = _gpu.choose_backend('auto', str(tmp_path / 'socket'), 1.0, lambda: pynvml)
+    with pytest.raises(backends.GpuError, match='no persistence daemon answers'):
+        backends.choose_backend('rpc', str(tmp_path / 'socket'), 1.0, no_pynvml)
+    backend, answers = backends.choose_backend('auto', str(tmp_path / 'socket'), 1.0, lambda: pynvml)
     assert backend.name == 'nvml' and answers is False
 
 
 def test_pynvml_is_imported_only_when_nvml_is_needed(monkeypatch):
-    # a fresh interpreter: node_state (which imports _gpu) runs without importing pynvml
-    probe = ('import sys\nfrom ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state, _gpu\n'
-             'print("pynvml" in sys.modules)\n_gpu.load_pynvml()\nprint("pynvml" in sys.modules)\n')
+    # a fresh interpreter: node_state (which imports backends) runs without importing pynvml
+    probe = ('import sys\n'
+             'from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state\n'
+             'from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends\n'
+             'print("pynvml" in sys.modules)\nbackends.load_pynvml()\nprint("pynvml" in sys.modules)\n')
     out = subprocess.run([sys.executable, '-c', probe], check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert out.stdout.split() == ['False', 'True'], out.stdout
     # here: the first call imports it and keeps it; a failed import is kept as its traceback and raised again
-    monkeypatch.setattr(_gpu, 'pynvml', None)
-    monkeypatch.setattr(_gpu, 'PYNVML_IMPORT_ERROR', None)
-    assert _gpu.load_pynvml() is pynvml and _gpu.pynvml is pynvml
-    monkeypatch.setattr(_gpu, 'pynvml', None)
+    monkeypatch.setattr(backends, 'pynvml', None)
+    monkeypatch.setattr(backends, 'PYNVML_IMPORT_ERROR', None)
+    assert backends.load_pynvml() is pynvml and backends.pynvml is pynvml
+    monkeypatch.setattr(backends, 'pynvml', None)
     monkeypatch.setitem(sys.modules, 'pynvml', None)  # what Python does for a module that cannot be imported
     with pytest.raises(ImportError):
-        _gpu.load_pynvml()
-    assert 'import of pynvml halted' in _gpu.PYNVML_IMPORT_ERROR
+        backends.load_pynvml()
+    assert 'import of pynvml halted' in backends.PYNVML_IMPORT_ERROR
     with pytest.raises(ImportError) as again:
-        _gpu.load_pynvml()
-    assert str(again.value) == _gpu.PYNVML_IMPORT_ERROR
+        backends.load_pynvml()
+    assert str(again.value) == backends.PYNVML_IMPORT_ERROR
 
 
 def test_open_backend_takes_the_access_options_not_a_module(tmp_path):
     params = {'backend': 'nvml', 'socket_path': str(tmp_path / 'socket'), 'timeout': 1.0}
-    backend, answers = _gpu.open_backend(params, 'to read GPUs through NVML')
+    backend, answers = backends.open_backend(params, 'to read GPUs through NVML')
     assert backend.name == 'nvml' and answers is False
     params['backend'] = 'rpc'
-    with pytest.raises(_gpu.GpuError, match='no persistence daemon answers') as exc:
-        _gpu.open_backend(params, 'to read GPUs through NVML')
-    assert not isinstance(exc.value, _gpu.MissingLibrary)
+    with pytest.raises(backends.GpuError, match='no persistence daemon answers') as exc:
+        backends.open_backend(params, 'to read GPUs through NVML')
+    assert not isinstance(exc.value, backends.MissingLibrary)
 
 
 def test_missing_library_is_a_gpu_error_with_a_structured_key(monkeypatch):
-    monkeypatch.setattr(_gpu, 'pynvml', None)
-    monkeypatch.setattr(_gpu, 'PYNVML_IMPORT_ERROR', 'Traceback: No module named pynvml')
+    monkeypatch.setattr(backends, 'pynvml', None)
+    monkeypatch.setattr(backends, 'PYNVML_IMPORT_ERROR', 'Traceback: No module named pynvml')
     params = {'backend': 'auto', 'socket_path': '/nonexistent/gpufleet-test/socket', 'timeout': 1.0}
-    with pytest.raises(_gpu.GpuError) as exc:
-        _gpu.open_backend(params, 'to set persistence through NVML')
-    assert isinstance(exc.value, _gpu.MissingLibrary)
+    with pytest.raises(backends.GpuError) as exc:
+        backends.open_backend(params, 'to set persistence through NVML')
+    assert isinstance(exc.value, backends.MissingLibrary)
     args = exc.value.fail_json_args()
     assert args['missing_library'] == 'nvidia-ml-py'
     assert args['exception'] == 'Traceback: No module named pynvml'
@@ -219,18 +221,18 @@ def test_missing_library_is_a_gpu_error_with_a_structured_key(monkeypatch):
     assert 'to set persistence through NVML when no persistence daemon answers on /nonexistent/gpufleet-test/socket' \
         in args['msg']
     assert sorted(args) == ['exception', 'missing_library', 'msg']
-    assert 'nvidia-ml-py is missing' in str(exc.value) and str(exc.value).startswith(_gpu.host() + ': ')
+    assert 'nvidia-ml-py is missing' in str(exc.value) and str(exc.value).startswith(backends.host() + ': ')
 
 
 def test_other_gpu_errors_fail_with_their_message_only():
-    assert _gpu.GpuError('host: no GPU matches 7').fail_json_args() == {'msg': 'host: no GPU matches 7'}
+    assert backends.GpuError('host: no GPU matches 7').fail_json_args() == {'msg': 'host: no GPU matches 7'}
 
 
 def test_wire_modes_are_indexed_by_the_nvml_and_rpc_value():
-    assert _gpu.WIRE_MODES == ('disabled', 'enabled')
-    assert [_gpu.wire_of_mode(m) for m in ('disabled', 'enabled')] == [0, 1]
+    assert backends.WIRE_MODES == ('disabled', 'enabled')
+    assert [backends.wire_of_mode(m) for m in ('disabled', 'enabled')] == [0, 1]
     values = (0, 1, 2, True, False)
-    assert [_gpu.mode_of_wire(v) for v in values] == ['disabled', 'enabled', 'enabled', 'enabled', 'disabled']
+    assert [backends.mode_of_wire(v) for v in values] == ['disabled', 'enabled', 'enabled', 'enabled', 'disabled']
 
 
 class WireRecorder(object):
@@ -255,14 +257,14 @@ class WireRecorder(object):
 
 def test_both_backends_send_1_for_enabled_and_read_1_as_enabled():
     gpu = make_gpus(1)[0]
-    rpc_backend = _gpu.RpcBackend()
+    rpc_backend = backends.RpcBackend()
     rpc_backend.client = WireRecorder(1)
     rpc_backend.set_mode(gpu, 'enabled')
     rpc_backend.set_mode(gpu, 'disabled')
     assert rpc_backend.client.sent == [('00000000:1B:00.0', 1), ('00000000:1B:00.0', 0)]
     assert rpc_backend.get_mode(gpu) == 'enabled'
     nvml = WireRecorder(0)
-    nvml_backend = _gpu.NvmlBackend(nvml)
+    nvml_backend = backends.NvmlBackend(nvml)
     nvml_backend.handles[gpu['pci_bus_id']] = 'handle0'
     nvml_backend.set_mode(gpu, 'enabled')
     nvml_backend.set_mode(gpu, 'disabled')

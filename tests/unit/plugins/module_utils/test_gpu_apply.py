@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu_apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import apply
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_gpu import FakeBackend, make_gpus
 
 
@@ -37,7 +37,7 @@ def params(tmp_path, **overrides):
 
 def test_plan_then_apply_sets_every_gpu_and_records_them(tmp_path):
     backend = Backend(make_gpus(2))
-    run = _gpu_apply.PersistenceRun(params(tmp_path), backend)
+    run = apply.PersistenceRun(params(tmp_path), backend)
     run.plan()
     assert backend.sets == [] and run.state_changed
     assert not os.path.exists(str(tmp_path / 'state'))  # planning writes nothing
@@ -53,7 +53,7 @@ def test_plan_then_apply_sets_every_gpu_and_records_them(tmp_path):
                                            '00000000:2B:00.0): disabled\n')
     assert result['diff'][1]['before_header'] == str(tmp_path / 'state' / 'persistence.json')
 
-    again = _gpu_apply.PersistenceRun(params(tmp_path), backend)
+    again = apply.PersistenceRun(params(tmp_path), backend)
     again.plan()
     again.apply()
     assert not again.result()['changed'] and len(backend.sets) == 2
@@ -63,8 +63,8 @@ def test_a_bad_state_file_fails_before_any_gpu_changes(tmp_path):
     (tmp_path / 'state').mkdir()
     (tmp_path / 'state' / 'persistence.json').write_text('{"version": 1, "gpus": [')
     backend = Backend(make_gpus(2))
-    run = _gpu_apply.PersistenceRun(params(tmp_path), backend)
-    with pytest.raises(_gpu_apply.RunError) as exc:
+    run = apply.PersistenceRun(params(tmp_path), backend)
+    with pytest.raises(apply.RunError) as exc:
         run.plan()
     assert str(tmp_path / 'state' / 'persistence.json') in exc.value.fields['msg']
     assert 'gpus' not in exc.value.fields and backend.sets == []
@@ -72,9 +72,9 @@ def test_a_bad_state_file_fails_before_any_gpu_changes(tmp_path):
 
 def test_a_gpu_that_fails_reports_the_planned_gpus_and_records_nothing(tmp_path):
     backend = Backend(make_gpus(2), fail_on='00000000:2B:00.0')
-    run = _gpu_apply.PersistenceRun(params(tmp_path), backend)
+    run = apply.PersistenceRun(params(tmp_path), backend)
     run.plan()
-    with pytest.raises(_gpu_apply.RunError) as exc:
+    with pytest.raises(apply.RunError) as exc:
         run.apply()
     assert 'boom on GPU 1' in exc.value.fields['msg']
     assert [gpu['after'] for gpu in exc.value.fields['gpus']] == ['enabled', 'enabled']  # the plan
@@ -84,7 +84,7 @@ def test_a_gpu_that_fails_reports_the_planned_gpus_and_records_nothing(tmp_path)
 def test_without_persist_the_state_file_is_not_read_and_nvml_warns(tmp_path):
     backend = Backend(make_gpus(1))
     backend.name = 'nvml'
-    run = _gpu_apply.PersistenceRun(params(tmp_path, persist=False, state_file='/nonexistent/dir/x.json'), backend)
+    run = apply.PersistenceRun(params(tmp_path, persist=False, state_file='/nonexistent/dir/x.json'), backend)
     run.plan()
     run.apply()
     result = run.result(diff=True)
@@ -94,7 +94,7 @@ def test_without_persist_the_state_file_is_not_read_and_nvml_warns(tmp_path):
 
 def test_recorded_modes_default_only_when_all_gpus_are_selected():
     report = [{'uuid': 'GPU-a', 'pci_bus_id': '00000000:1B:00.0', 'after': 'enabled'}, {'uuid': None}]
-    assert _gpu_apply.recorded_modes(report, {'modes': None, 'gpus': ['all'], 'mode': 'enabled'}) == (
+    assert apply.recorded_modes(report, {'modes': None, 'gpus': ['all'], 'mode': 'enabled'}) == (
         {'GPU-a': ('00000000:1B:00.0', 'enabled')}, 'enabled')
-    assert _gpu_apply.recorded_modes(report, {'modes': None, 'gpus': [0], 'mode': 'enabled'})[1] is False
-    assert _gpu.describe({'index': 0, 'uuid': 'GPU-a', 'pci_bus_id': 'x'}) == 'GPU 0 (GPU-a, x)'
+    assert apply.recorded_modes(report, {'modes': None, 'gpus': [0], 'mode': 'enabled'})[1] is False
+    assert backends.describe({'index': 0, 'uuid': 'GPU-a', 'pci_bus_id': 'x'}) == 'GPU 0 (GPU-a, x)'

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system as init
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import detect as init
 
 
 def _write(path, data=b''):

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A program's own keys in another case are refused, naming the file and line (``_toml_splice.check_key_case``, as
+"""A program's own keys in another case are refused, naming the file and line (``formats.toml_splice.check_key_case``, as
 containerd's and CRI-O's readers call it); names (plugin ids, runtime names) keep their case."""
 
 from __future__ import absolute_import, division, print_function
@@ -10,12 +10,12 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _cdi_mode
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import mode
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as cr
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import daemon_json
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import toml_splice as ts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 PATH = '/etc/containerd/config.toml'
 CRI = '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
@@ -75,7 +75,7 @@ def test_dumps_are_read_as_containerd_wrote_them():
 
 
 CRIO = (cr.loads, '/etc/crio/crio.conf.d/10-site.conf', 'CRI-O')
-NVIDIA = (_cdi_mode.loads, '/etc/nvidia-container-runtime/config.toml', 'NVIDIA\'s runtime')
+NVIDIA = (mode.loads, '/etc/nvidia-container-runtime/config.toml', 'NVIDIA\'s runtime')
 
 
 @pytest.mark.parametrize('reader, text, line', [
@@ -108,11 +108,11 @@ def test_crio_runtime_names_keep_their_case():
 ])
 def test_dockerds_own_key_in_another_case_is_refused(text, line, key):
     path = '/etc/docker/daemon.json'
-    message = refusal(text, _daemon_json.parse, path)
+    message = refusal(text, daemon_json.parse, path)
     assert message.startswith('%s line %d: the key %s is dockerd\'s ' % (path, line, key)), message
 
 
 def test_dockerd_names_and_maps_keep_their_case():
     """Runtime names and ``features`` (a map of feature names) are names: ``CDI`` is not ``cdi`` to dockerd."""
-    node = _daemon_json.parse('{"runtimes": {"Path": {"path": "/bin/runc"}}, "features": {"CDI": true}}', 'd.json')
+    node = daemon_json.parse('{"runtimes": {"Path": {"path": "/bin/runc"}}, "features": {"CDI": true}}', 'd.json')
     assert sorted(node.value) == ['features', 'runtimes']

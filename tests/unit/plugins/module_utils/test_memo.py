@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""node_state's memo of containerd's answers (``_memo``, ``_containerd_apply.KeptAnswers``).
+"""node_state's memo of containerd's answers (``host.memo``, ``facts.KeptAnswers``).
 
 A later run is answered from the memo only where the executable, the file's bytes and the boot are the same; a
 file with ``imports`` is dumped every time; a check-mode play writes nothing; a memo directory or file that is not
@@ -20,8 +20,8 @@ import pwd
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _memo
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
 
 VERSION = 'containerd github.com/containerd/containerd 1.7.24 61f9fd88\n'
 DUMP = 'version = 2\nroot = "/var/lib/containerd"\n[plugins]\n'
@@ -51,8 +51,8 @@ class Host(object):
     def run(self, store=True):
         """One node_state run: the version and the config file's dump; returns what containerd was asked."""
         before = len(self.asked)
-        _containerd_apply.remember_dumps(store=store)
-        tools = _containerd_apply.Tools(self.command, containerd=self.binary)
+        facts.remember_dumps(store=store)
+        tools = facts.Tools(self.command, containerd=self.binary)
         assert tools.version() == (1, 7, 24)
         assert tools.dump(str(self.config)) == ({'version': 2, 'root': '/var/lib/containerd', 'plugins': {}}, None)
         return [' '.join(argv) for argv in self.asked[before:]]
@@ -105,7 +105,7 @@ def test_the_same_binary_changed_in_place_is_asked_again(tmp_path):
 def test_a_new_boot_dumps_again(tmp_path, monkeypatch):
     boot = tmp_path / 'boot_id'
     boot.write_text('11111111-2222-3333-4444-555555555555\n')
-    monkeypatch.setattr(_memo, 'BOOT_ID', str(boot))
+    monkeypatch.setattr(host_memo, 'BOOT_ID', str(boot))
     host = Host(tmp_path)
     host.run()
     assert host.run() == []
@@ -144,7 +144,7 @@ def test_a_check_mode_play_uses_the_memo_and_writes_nothing(tmp_path, private_me
 
 
 def test_no_memo_without_root(tmp_path, private_memo_dir, monkeypatch):
-    monkeypatch.setattr(_memo.os, 'geteuid', lambda: 1000)
+    monkeypatch.setattr(host_memo.os, 'geteuid', lambda: 1000)
     host = Host(tmp_path)
     host.run()
     assert host.run() == both(host)
@@ -229,8 +229,8 @@ def test_a_kept_dump_that_is_not_toml_is_asked_again(tmp_path, private_memo_dir)
 def test_a_module_that_writes_never_uses_the_memo(tmp_path, private_memo_dir):
     host = Host(tmp_path)
     host.run()
-    _containerd_apply.DUMPS, _containerd_apply.STORE = None, False
-    tools = _containerd_apply.Tools(host.command, containerd=host.binary)
+    facts.DUMPS, facts.STORE = None, False
+    tools = facts.Tools(host.command, containerd=host.binary)
     before = len(host.asked)
     tools.version()
     tools.dump(str(host.config))
@@ -241,7 +241,7 @@ def test_no_memo_in_a_directory_other_users_can_write(tmp_path, monkeypatch):
     shared = tmp_path / 'shared'
     shared.mkdir()
     os.chmod(str(shared), 0o1777)  # as /tmp: anyone could take the memo's name first
-    monkeypatch.setenv(_memo.MEMO_DIR_VARIABLE, str(shared / 'memo'))
+    monkeypatch.setenv(host_memo.MEMO_DIR_VARIABLE, str(shared / 'memo'))
     host = Host(tmp_path)
     host.run()
     assert host.run() == both(host)

@@ -11,19 +11,19 @@ import pytest
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _docker_apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._options import Options
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply as containerd_apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import Options
 
-REQUESTS = {'containerd': _containerd_apply.Request, 'crio': _crio.Request, 'docker': _docker_apply.Request}
+REQUESTS = {'containerd': containerd_apply.Request, 'crio': config.Request, 'docker': apply.Request}
 
 
 @pytest.mark.parametrize('engine', sorted(REQUESTS))
 def test_the_module_node_state_and_the_request_read_one_spec(engine):
     request = REQUESTS[engine]
-    assert _concerns.CONCERNS[engine].spec is request.SPEC
+    assert registry.CONCERNS[engine].spec is request.SPEC
     assert set(request.OPTIONS) <= set(request.SPEC)
     # the request's defaults are the module's: what the module builds from no options at all
     params = ArgumentSpecValidator(request.SPEC).validate({}).validated_parameters
@@ -33,11 +33,11 @@ def test_the_module_node_state_and_the_request_read_one_spec(engine):
 
 
 def test_options_are_named_for_the_code_and_unknown_ones_refused():
-    request = _docker_apply.Request(timeout=5, cdi=True)
+    request = apply.Request(timeout=5, cdi=True)
     assert (request.timeout, request.cdi, request.name) == (5, True, 'nvidia')
     assert not hasattr(request, 'apply_timeout')
     with pytest.raises(TypeError, match='unknown options: apply_timeout, backup'):
-        _docker_apply.Request(apply_timeout=5, backup=True)
+        apply.Request(apply_timeout=5, backup=True)
 
 
 def test_a_mutable_default_is_never_shared():
@@ -52,15 +52,17 @@ def test_a_mutable_default_is_never_shared():
 
 def test_the_engine_list_is_written_once():
     # the hosts' code, the controller's, node_state's choices and the roles' argument specs all name the same
-    # engines, in the one order of _engine_names
+    # engines, in the one order of names
     import os
     import yaml
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dev_char, _engine_names, _engines
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links import links
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines import names
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import engines as concerns_engines
     from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _results
-    engines = _engine_names.ENGINES
-    assert _engines.ENGINES is _concerns.ENGINES is _results.ENGINES is engines
-    assert _concerns.ORDER[-len(engines):] == engines and set(_engines.DAEMONS) == set(engines)
-    assert sorted(_dev_char.ENGINES) == sorted(engines) and _dev_char.ENGINES[0] == 'docker'
+    engines = names.ENGINES
+    assert concerns_engines.ENGINES is registry.ENGINES is _results.ENGINES is engines
+    assert registry.ORDER[-len(engines):] == engines and set(concerns_engines.DAEMONS) == set(engines)
+    assert sorted(links.ENGINES) == sorted(engines) and links.ENGINES[0] == 'docker'
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
     for role, entry in (('container_runtime', 'main'), ('gpu_node', 'main'), ('gpu_node', 'evaluate')):
         with open(os.path.join(root, 'roles', role, 'meta', 'argument_specs.yml')) as handle:

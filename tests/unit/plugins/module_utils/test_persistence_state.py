@@ -15,7 +15,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistence_state as state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state_dir
 
 UUID_A = 'GPU-0000a100-1111-2222-3333-000000000000'
 UUID_B = 'GPU-0000a101-1111-2222-3333-000000000001'
@@ -35,7 +36,7 @@ def test_with_modes_is_pure_and_validates():
     assert after['gpus'][UUID_A] == {'mode': 'enabled', 'pci_bus_id': '00000000:01:00.0'}
     assert after['default_mode'] == 'disabled'
     assert state.with_modes(after, {})['default_mode'] == 'disabled'
-    with pytest.raises(state.StateError, match='must be "enabled" or "disabled"'):
+    with pytest.raises(state_dir.StateError, match='must be "enabled" or "disabled"'):
         state.with_modes(before, {UUID_A: ('00000000:01:00.0', 'on')})
 
 
@@ -59,14 +60,14 @@ def test_update_writes_only_on_change_and_atomically(tmp_path):
 def test_unreadable_state_names_the_file(tmp_path):
     path = tmp_path / 'persistence.json'
     path.mkdir()
-    with pytest.raises(state.StateError, match=str(path)):
+    with pytest.raises(state_dir.StateError, match=str(path)):
         state.load(str(path))
 
 
 def test_state_file_that_is_not_utf8_is_a_clear_error(tmp_path):
     path = tmp_path / 'persistence.json'
     path.write_bytes(b'{"format_version": 1, "gpus": {"GPU-\xe9": {"mode": "enabled"}}}')
-    with pytest.raises(state.StateError, match='is not UTF-8 text'):
+    with pytest.raises(state_dir.StateError, match='is not UTF-8 text'):
         state.load(str(path))
 
 
@@ -78,7 +79,7 @@ def test_a_huge_state_file_is_refused_without_reading_it_all(tmp_path):
     path = tmp_path / 'persistence.json'
     with open(str(path), 'wb') as handle:
         handle.truncate(50 * 1024 * 1024)
-    with pytest.raises(state.StateError, match='more than a state file can be'):
+    with pytest.raises(state_dir.StateError, match='more than a state file can be'):
         state.load(str(path))
 
 
@@ -106,7 +107,7 @@ ROOT_TREE = {'/': FakeStat('dir'), '/var': FakeStat('dir'), '/var/lib': FakeStat
 
 def inspect(directory, extra=None, owners=(999,)):
     entries = dict(ROOT_TREE, **(extra or {}))
-    return state.inspect_dir(directory, owners, lstat=fake_fs(entries), realpath=lambda p: p, homes=set())
+    return state_dir.inspect_dir(directory, owners, lstat=fake_fs(entries), realpath=lambda p: p, homes=set())
 
 
 @pytest.mark.parametrize('path,words', [
@@ -131,16 +132,16 @@ def inspect(directory, extra=None, owners=(999,)):
     ('/var/lib/gpufleet/persistence.json.lock', 'cannot be a state file name'),
 ])
 def test_check_path_refuses(path, words):
-    with pytest.raises(state.StateError) as exc:
-        state.check_path(path)
+    with pytest.raises(state_dir.StateError) as exc:
+        state_dir.check_path(path)
     assert words in str(exc.value)
 
 
 def test_check_path_refuses_home_directories(monkeypatch):
-    monkeypatch.setattr(state, 'home_dirs', lambda: {'/var/lib/postgresql'})
-    with pytest.raises(state.StateError, match='directly in /var/lib/postgresql'):
-        state.check_path('/var/lib/postgresql/persistence.json')
-    assert state.check_path('/var/lib/gpufleet/persistence.json') == '/var/lib/gpufleet'
+    monkeypatch.setattr(state_dir, 'home_dirs', lambda: {'/var/lib/postgresql'})
+    with pytest.raises(state_dir.StateError, match='directly in /var/lib/postgresql'):
+        state_dir.check_path('/var/lib/postgresql/persistence.json')
+    assert state_dir.check_path('/var/lib/gpufleet/persistence.json') == '/var/lib/gpufleet'
 
 
 def test_inspect_missing_directory_plans_its_creation():
@@ -172,7 +173,7 @@ def test_inspect_our_directory_and_the_service_users():
     ({'/var/lib': FakeStat('file')}, 'is not a directory'),
 ])
 def test_inspect_refuses_a_directory_that_is_not_dedicated(extra, words):
-    with pytest.raises(state.StateError) as exc:
+    with pytest.raises(state_dir.StateError) as exc:
         inspect('/var/lib/gpufleet', extra)
     assert words in str(exc.value) and '/var/lib/gpufleet' in str(exc.value)
 
@@ -183,9 +184,9 @@ def test_inspect_accepts_a_sticky_world_writable_ancestor():
 
 def test_inspect_resolves_parent_links_and_checks_the_target():
     entries = dict(ROOT_TREE, **{'/srv': FakeStat('dir')})
-    with pytest.raises(state.StateError, match='system or home directory'):
-        state.inspect_dir('/data/srv', [999], lstat=fake_fs(entries),
-                          realpath=lambda p: '/' if p == '/data' else p, homes=set())
+    with pytest.raises(state_dir.StateError, match='system or home directory'):
+        state_dir.inspect_dir('/data/srv', [999], lstat=fake_fs(entries),
+                              realpath=lambda p: '/' if p == '/data' else p, homes=set())
 
 
 def test_service_owners():
@@ -199,11 +200,11 @@ def test_service_owners():
         return Pw(accounts[name])
 
     run_dir = {'/r': FakeStat('dir', uid=65534)}
-    assert state.service_owners('nobody', '/r', getpwnam, fake_fs(run_dir)) == {65534}
-    assert state.service_owners(None, '/r', getpwnam, fake_fs(run_dir)) == {65534, 998}
-    assert state.service_owners(None, '/r', getpwnam, fake_fs({'/r': FakeStat('link', uid=4242)})) == {998}
-    with pytest.raises(state.StateError, match='service_user ghost does not exist'):
-        state.service_owners('ghost', '/r', getpwnam, fake_fs(run_dir))
+    assert state_dir.service_owners('nobody', '/r', getpwnam, fake_fs(run_dir)) == {65534}
+    assert state_dir.service_owners(None, '/r', getpwnam, fake_fs(run_dir)) == {65534, 998}
+    assert state_dir.service_owners(None, '/r', getpwnam, fake_fs({'/r': FakeStat('link', uid=4242)})) == {998}
+    with pytest.raises(state_dir.StateError, match='service_user ghost does not exist'):
+        state_dir.service_owners('ghost', '/r', getpwnam, fake_fs(run_dir))
 
 
 # --------------------------------------------------------------------------
@@ -212,16 +213,16 @@ def test_service_owners():
 
 def test_create_marks_and_hand_over_changes_only_ours(tmp_path):
     directory = str(tmp_path / 'gf')
-    facts = state.inspect_dir(directory, [65534])
-    os.close(state.create_dir(directory, facts))
-    assert os.stat(os.path.join(directory, state.MARKER)).st_uid == 0
-    state.hand_over(directory, [65534], 65534, 65534, may_chown=False)  # the marker says it is ours
+    facts = state_dir.inspect_dir(directory, [65534])
+    os.close(state_dir.create_dir(directory, facts))
+    assert os.stat(os.path.join(directory, state_dir.MARKER)).st_uid == 0
+    state_dir.hand_over(directory, [65534], 65534, 65534, may_chown=False)  # the marker says it is ours
     st = os.stat(directory)
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (65534, 65534, 0o755)
     admin = str(tmp_path / 'admin')
     os.mkdir(admin)
-    with pytest.raises(state.StateError, match='was not created by gpufleet.nvidia'):
-        state.hand_over(admin, [65534], 65534, 65534, may_chown=False)
+    with pytest.raises(state_dir.StateError, match='was not created by gpufleet.nvidia'):
+        state_dir.hand_over(admin, [65534], 65534, 65534, may_chown=False)
     assert os.stat(admin).st_uid == 0
 
 
@@ -237,7 +238,7 @@ def test_write_failure_leaves_the_file_and_no_temp_file(tmp_path, monkeypatch):
         return real_write(fd, data[:5])
 
     monkeypatch.setattr(os, 'write', full)
-    with pytest.raises(state.StateError) as exc:
+    with pytest.raises(state_dir.StateError) as exc:
         state.update(path, lambda st: state.with_modes(st, {UUID_A: ('b', 'disabled')}))
     monkeypatch.setattr(os, 'write', real_write)
     assert path in str(exc.value) and 'No space left' in str(exc.value) and 'left as it was' in str(exc.value)
@@ -250,13 +251,13 @@ def test_take_back_returns_the_directory_and_the_users_files_to_root(tmp_path):
     if os.geteuid() != 0:
         pytest.fail('needs root (chown)')
     directory = str(tmp_path / 'gpufleet')
-    os.close(state.create_dir(directory, state.inspect_dir(directory, [])))
-    state.hand_over(directory, [4242], 4242, 4242, may_chown=True)
+    os.close(state_dir.create_dir(directory, state_dir.inspect_dir(directory, [])))
+    state_dir.hand_over(directory, [4242], 4242, 4242, may_chown=True)
     path = os.path.join(directory, 'persistence.json')
     with open(path, 'w') as handle:
         handle.write('{}')
     os.chown(path, 4242, 4242)
-    os.unlink(os.path.join(directory, state.MARKER))  # the user removed root's marker
+    os.unlink(os.path.join(directory, state_dir.MARKER))  # the user removed root's marker
     os.symlink('/etc/hostname', os.path.join(directory, 'link'))
     os.lchown(os.path.join(directory, 'link'), 4242, 4242)
     root_file = os.path.join(directory, 'roots')
@@ -264,12 +265,12 @@ def test_take_back_returns_the_directory_and_the_users_files_to_root(tmp_path):
         handle.write('x')
     os.chown(root_file, 1, 1)  # someone else's file: left as it is
 
-    assert state.take_back(directory, 4242) is True
+    assert state_dir.take_back(directory, 4242) is True
     st = os.stat(directory)
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 0, 0o755)
     assert os.stat(path).st_uid == 0
     assert os.lstat(os.path.join(directory, 'link')).st_uid == 4242  # a link is never followed or changed
     assert os.stat('/etc/hostname').st_uid == 0
     assert os.stat(root_file).st_uid == 1
-    assert state.inspect_dir(directory, [])['marked'] is True  # a later run may hand it over again
-    assert state.take_back(directory, 4242) is False  # not the user's any more: nothing to do
+    assert state_dir.inspect_dir(directory, [])['marked'] is True  # a later run may hand it over again
+    assert state_dir.take_back(directory, 4242) is False  # not the user's any more: nothing to do

@@ -16,8 +16,8 @@ import zlib
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
 
 
 def params(**overrides):
@@ -231,13 +231,13 @@ def test_pid_file_is_read_without_following_a_link_or_blocking(tmp_path):
     target.write_text('%d\n' % os.getpid())
     link = tmp_path / 'link'
     link.symlink_to(target)
-    assert _host.read_pid_file(str(target)) == os.getpid()
-    assert _host.read_pid_file(str(link)) is None
+    assert procs.read_pid_file(str(target)) == os.getpid()
+    assert procs.read_pid_file(str(link)) is None
     fifo = str(tmp_path / 'fifo')
     os.mkfifo(fifo)
-    assert _host.read_pid_file(fifo) is None  # returns at once
+    assert procs.read_pid_file(fifo) is None  # returns at once
     (tmp_path / 'junk').write_text('12; rm -rf /\n')
-    assert _host.read_pid_file(str(tmp_path / 'junk')) is None
+    assert procs.read_pid_file(str(tmp_path / 'junk')) is None
 
 
 def fake_proc(root, processes):
@@ -265,11 +265,11 @@ def test_device_holders_read_each_descriptor_link_as_text(tmp_path):
         88: (b'\xffevil\nname', 4242, {7: '/dev/nvidia-uvm (deleted)', 8: '/tmp/dev/nvidia0'}),
         99: None,  # gone, or its descriptors are not ours to list
     })
-    assert _host.open_file_holders((pd.DEVICE_PREFIX,), proc=proc) == [
+    assert procs.open_file_holders((pd.DEVICE_PREFIX,), proc=proc) == [
         {'pid': 88, 'name': '\ufffdevil?name', 'uid': 4242, 'paths': ['/dev/nvidia-uvm (deleted)']},
         {'pid': 4321, 'name': 'dcgm-exporter', 'uid': 0, 'paths': ['/dev/nvidia0', '/dev/nvidiactl']},
     ]
-    assert _host.open_file_holders((pd.DEVICE_PREFIX,), proc=str(tmp_path / 'missing')) == []
+    assert procs.open_file_holders((pd.DEVICE_PREFIX,), proc=str(tmp_path / 'missing')) == []
 
 
 def test_device_holders_never_open_what_the_links_name(tmp_path):
@@ -279,5 +279,5 @@ def test_device_holders_never_open_what_the_links_name(tmp_path):
     (tmp_path / 'proc' / '5' / 'fd').mkdir(parents=True)  # no comm or status: name '' and uid None
     os.symlink(fifo, str(tmp_path / 'proc' / '5' / 'fd' / '3'))
     os.symlink(str(tmp_path / 'gone'), str(tmp_path / 'proc' / '5' / 'fd' / '4'))
-    holders = _host.open_file_holders((fifo, str(tmp_path / 'gone')), proc=str(tmp_path / 'proc'))  # returns at once
+    holders = procs.open_file_holders((fifo, str(tmp_path / 'gone')), proc=str(tmp_path / 'proc'))  # returns at once
     assert holders == [{'pid': 5, 'name': '', 'uid': None, 'paths': [fifo, str(tmp_path / 'gone')]}]

@@ -11,9 +11,9 @@ import itertools
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_deploy as deploy
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import RunFailed
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import deploy
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import RunFailed
 
 OURS = '# Managed by gpufleet.nvidia (gpufleet.nvidia.persistenced) for nvidia-persistenced.\n[Unit]\n'
 THEIRS = '#!/bin/sh\n# NVIDIA sample script\n'
@@ -183,7 +183,7 @@ def failure(exc):
 
 
 class FakeCalls(object):
-    """What Deployer asks of the module (``_module.HostCalls``): commands through ``run``."""
+    """What Deployer asks of the module (``concerns.module.HostCalls``): commands through ``run``."""
 
     check_mode = False
     diff = False
@@ -258,7 +258,7 @@ HOLDER = {'pid': 777, 'name': 'dcgm-exporter', 'uid': 0, 'paths': ['/dev/nvidia0
 def holders(monkeypatch):
     """What /proc shows: the daemon's own descriptors while it runs, and whatever the test adds."""
     found = []
-    monkeypatch.setattr(deploy._host, 'open_file_holders', lambda prefixes: list(found))
+    monkeypatch.setattr(deploy.procs, 'open_file_holders', lambda prefixes: list(found))
     return found
 
 

@@ -15,10 +15,10 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced as pd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_deploy as deploy
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import ServiceError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._service import Service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import deploy
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import ServiceError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 
 TOOLS = {'systemctl': '/bin/systemctl', 'initctl': '/sbin/initctl', 'update-rc.d': '/usr/sbin/update-rc.d',
          'journalctl': '/bin/journalctl'}

@@ -1,10 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""node_state asks systemd about the units an earlier run asked about in one ``systemctl show`` (``_service.Together``).
+"""node_state asks systemd about the units an earlier run asked about in one ``systemctl show`` (``init.service.Together``).
 
 Each unit's answer must be what ``systemctl show`` of that unit alone gives; an answer that is not one block per unit,
-or a failed call, falls back to one call per unit; a unit the list lacks is asked alone and remembered (``_memo``)
+or a failed call, falls back to one call per unit; a unit the list lacks is asked alone and remembered (``memo``)
 for the next run, which a check-mode play does not write.
 """
 
@@ -14,11 +14,11 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _memo
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import base
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import service as init_service
 
 UNITS = {
     'docker': {'LoadState': 'loaded', 'ActiveState': 'active', 'UnitFileState': 'enabled', 'MainPID': '812',
@@ -30,7 +30,7 @@ UNITS = {
 }
 # systemd prints a unit's properties in its own order, whatever the order of -p
 ORDER = ('MainPID', 'ExecStart', 'LoadState', 'ActiveState', 'UnitFileState')
-PREFIX = len(['systemctl', 'show']) + 2 * len(_service.SYSTEMD_PROPERTIES)
+PREFIX = len(['systemctl', 'show']) + 2 * len(init_service.SYSTEMD_PROPERTIES)
 
 
 class Systemctl(object):
@@ -57,7 +57,7 @@ class Systemctl(object):
 
 
 def service(name, run):
-    return _service.Service('systemd', name, run, {'systemctl': 'systemctl'})
+    return init_service.Service('systemd', name, run, {'systemctl': 'systemctl'})
 
 
 def alone(name):
@@ -66,12 +66,12 @@ def alone(name):
 
 def test_the_units_an_earlier_run_asked_about_are_shown_in_one_call():
     systemctl = Systemctl()
-    together = _service.show_together(['docker', 'containerd', 'nvidia-persistenced'])
+    together = init_service.show_together(['docker', 'containerd', 'nvidia-persistenced'])
     try:
         names = ('containerd', 'docker', 'nvidia-persistenced')
         shown = dict((name, service(name, systemctl).systemd_show()) for name in names)
     finally:
-        _service.show_together(None)
+        init_service.show_together(None)
     assert systemctl.calls == [['docker', 'containerd', 'nvidia-persistenced']]
     assert shown == dict((name, alone(name)) for name in shown)
     assert shown['docker']['MainPID'] == '812' and shown['nvidia-persistenced']['ActiveState'] == 'inactive'
@@ -80,34 +80,34 @@ def test_the_units_an_earlier_run_asked_about_are_shown_in_one_call():
 
 def test_a_unit_the_list_lacks_is_asked_alone_and_remembered():
     systemctl = Systemctl()
-    together = _service.show_together(['docker'])
+    together = init_service.show_together(['docker'])
     try:
         assert service('containerd', systemctl).systemd_show() == alone('containerd')
         assert service('docker', systemctl).systemd_show() == alone('docker')
     finally:
-        _service.show_together(None)
+        init_service.show_together(None)
     assert systemctl.calls == [['containerd'], ['docker']]
     assert together.asked == ['containerd', 'docker']
 
 
 def test_an_answer_that_is_not_a_block_per_unit_or_a_failed_call_falls_back_to_one_call_each():
     for systemctl in (Systemctl(merge_blocks=True), Systemctl(rc=1)):
-        _service.show_together(['docker', 'containerd'])
+        init_service.show_together(['docker', 'containerd'])
         try:
             assert service('docker', systemctl).systemd_show() == alone('docker')
             assert service('containerd', systemctl).systemd_show() == alone('containerd')
         finally:
-            _service.show_together(None)
+            init_service.show_together(None)
         assert systemctl.calls == [['docker', 'containerd'], ['docker'], ['containerd']]
 
 
 def test_names_that_are_not_unit_names_are_never_passed_to_systemctl():
-    together = _service.show_together(['docker', '--all', 'a b', '../etc', 'x' * 300, 'docker\n', 'containerd'])
-    _service.show_together(None)
+    together = init_service.show_together(['docker', '--all', 'a b', '../etc', 'x' * 300, 'docker\n', 'containerd'])
+    init_service.show_together(None)
     assert together.units == ['docker', 'containerd']
 
 
-class Asking(_concern.Concern):
+class Asking(base.Concern):
     """A concern whose run asks systemd about its units."""
 
     def __init__(self, name, units):
@@ -115,7 +115,7 @@ class Asking(_concern.Concern):
             for unit in units:
                 service(unit, module.run_command).systemd_show()
             return {'changed': False}
-        _concern.Concern.__init__(self, name, name + '_module', {}, run)
+        base.Concern.__init__(self, name, name + '_module', {}, run)
 
 
 class SystemdHost(object):
@@ -131,10 +131,10 @@ class SystemdHost(object):
 
 
 def evaluate(monkeypatch, host):
-    monkeypatch.setattr(_concerns, 'CONCERNS', dict(_concerns.CONCERNS,
-                                                    persistenced=Asking('persistenced', ['nvidia-persistenced']),
-                                                    docker=Asking('docker', ['containerd', 'docker'])))
-    result = _node_state.evaluate(host, {'persistenced': {}, 'docker': {}, 'engines': []})[0]
+    monkeypatch.setattr(registry, 'CONCERNS', dict(registry.CONCERNS,
+                                                   persistenced=Asking('persistenced', ['nvidia-persistenced']),
+                                                   docker=Asking('docker', ['containerd', 'docker'])))
+    result = concerns_node_state.evaluate(host, {'persistenced': {}, 'docker': {}, 'engines': []})[0]
     assert result['converged'], result
     return host.systemctl.calls
 
@@ -143,8 +143,8 @@ def test_node_state_asks_systemd_once_from_its_second_run_on(monkeypatch, privat
     assert evaluate(monkeypatch, SystemdHost()) == [['nvidia-persistenced'], ['containerd'], ['docker']]
     assert evaluate(monkeypatch, SystemdHost()) == [['nvidia-persistenced', 'containerd', 'docker']]
     assert evaluate(monkeypatch, SystemdHost()) == [['nvidia-persistenced', 'containerd', 'docker']]
-    assert _memo.load(_node_state.UNITS_MEMO) == {'units': ['nvidia-persistenced', 'containerd', 'docker']}
-    assert _service.TOGETHER is None  # off after the run
+    assert memo.load(concerns_node_state.UNITS_MEMO) == {'units': ['nvidia-persistenced', 'containerd', 'docker']}
+    assert init_service.TOGETHER is None  # off after the run
 
 
 def test_a_check_mode_play_writes_no_unit_list(monkeypatch, private_memo_dir):

@@ -18,11 +18,12 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd as cd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply as apply
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _crio as cr
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError, GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import plan
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as cr
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import toml_splice as ts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError, GpufleetError
 
 V16 = (1, 6, 20)
 NAME = '/etc/containerd/config.toml'
@@ -68,13 +69,13 @@ def big_config(keys):
 
 def plan_default(config):
     schema = cd.choose_schema(V16, config.version, NAME)
-    return cd.plan(config, apply.Request(path=NAME, default_runtime=True), schema, {}, cd.dump_schema(V16))
+    return plan.plan(config, apply.Request(path=NAME, default_runtime=True), schema, {}, cd.dump_schema(V16))
 
 
 def steps(text):
     """How many lines of our TOML modules planning ``default_runtime: true`` runs (parsing, tomli's, aside)."""
     count = [0]
-    ours = (ts.__file__, cd.__file__)
+    ours = (ts.__file__, cd.__file__, plan.__file__)
     config = cd.Config(text, NAME)
 
     def tracer(frame, event, arg):

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""_toml_splice: structure with spans, found without taking values for structure; splices keep every other byte."""
+"""formats.toml_splice: structure with spans, found without taking values for structure; splices keep every other byte."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toml_splice as ts
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _tomli
-from ansible_collections.gpufleet.nvidia.plugins.module_utils._errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import toml_splice as ts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import _tomli as tomli
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
 
 CORPUS = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'containerd')
 
@@ -63,8 +63,8 @@ def test_headers_and_entries_are_found_where_they_are():
                      ('array', 'of', 'tables', 'name')]
     for entry in doc.entries:
         value = TRICKY[entry.value_start:entry.value_end]
-        parsed = _tomli.loads('v = ' + value)['v']
-        assert parsed == _lookup(_tomli.loads(TRICKY), entry)
+        parsed = tomli.loads('v = ' + value)['v']
+        assert parsed == _lookup(tomli.loads(TRICKY), entry)
 
 
 def _lookup(values, entry):
@@ -76,7 +76,7 @@ def _lookup(values, entry):
 
 def test_every_line_of_the_corpus_is_placed():
     for name, text in corpus_texts():
-        _tomli.loads(text)
+        tomli.loads(text)
         doc = ts.scan(text, name)
         # Every header line and every entry line is accounted for, in order, without overlap.
         spans = sorted([(h.start, h.end) for h in doc.headers] + [(e.start, e.end) for e in doc.entries])
@@ -123,7 +123,7 @@ def test_blank_line_before_is_one_empty_line_after_another_line(text, start):
 
 @pytest.mark.parametrize('value', ['plain', 'with "quotes"', 'back\\slash', 'tab\tnew\nline', u'\u00e9\u4e2d', '\x01'])
 def test_written_strings_read_back(value):
-    assert _tomli.loads('k = %s' % ts.string(value))['k'] == value
+    assert tomli.loads('k = %s' % ts.string(value))['k'] == value
 
 
 @pytest.mark.parametrize('part, text', [('runc', 'runc'), ('io.containerd.grpc.v1.cri', '"io.containerd.grpc.v1.cri"'),

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toolkit as tk
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.toolkit import rules as tk
 
 KEY = '-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBFake\n=abcd\n-----END PGP PUBLIC KEY BLOCK-----'
 URL = 'http://10.250.0.1:8765/stable/deb/$(ARCH)'

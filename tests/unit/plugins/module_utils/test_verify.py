@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The verification of a registered runtime (_verify): what is run, and what its answers mean.
+"""The verification of a registered runtime (engines.verify): what is run, and what its answers mean.
 
 Moved here from tests/unit/test_role_results.py, where the same decisions were Jinja in the
 container_runtime role's vars; the engine modules now decide them in Python.
@@ -13,14 +13,14 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _verify as v
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines import verify as v
 
 SCRIPT = "'for d in /dev/nvidia*; do [ -e \"$d\" ] && echo \"$d\"; done; echo gpufleet-verify-end'"
 THROUGH_NVIDIA = ('docker run --rm --network none --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=%s '
                   '--entrypoint sh gpufleet/busybox:lab -c ' + SCRIPT)
 PLAIN = 'docker run --rm --network none --entrypoint sh gpufleet/busybox:lab -c ' + SCRIPT
 IMAGES = '<none>:<none>\ngpufleet/busybox:lab\ncuda:12\n'
-# The last line of a whole output (a container's output can be lost: _verify.END).
+# The last line of a whole output (a container's output can be lost: engines.verify.END).
 END = 'gpufleet-verify-end\n'
 TWO = '/dev/nvidia-uvm\n/dev/nvidia1\n/dev/nvidia0\n/dev/nvidiactl\n/dev/nvidia-uvm-tools\n' + END
 
@@ -234,7 +234,7 @@ def test_containerd_not_loaded_says_why():
 @pytest.mark.parametrize('module', ['docker_runtime', 'containerd_runtime'])
 def test_each_engine_module_documents_the_verification_it_returns(module):
     # Ansible has doc fragments for options but none for RETURN: each engine module repeats the verification's
-    # return docs, held here to what _verify returns (keys and every status, in _verify's order).
+    # return docs, held here to what engines.verify returns (keys and every status, in engines.verify's order).
     import importlib
 
     import yaml

@@ -12,10 +12,10 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_container_toolkit as concern
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _toolkit as tk
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import container_toolkit as concern
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.toolkit import rules as tk
 from ansible_collections.gpufleet.nvidia.plugins.modules import container_toolkit_info
 
 KEY = '-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBFake\n-----END PGP PUBLIC KEY BLOCK-----\n'
@@ -81,7 +81,7 @@ def both(call_module, host, options):
     """The module's result (not in check mode, then in check mode) and node_state's verdict: all one."""
     rc, result = call_module(container_toolkit_info.main, options)
     rc_check, checked = call_module(container_toolkit_info.main, dict(options, _ansible_check_mode=True))
-    verdict = _node_state.check(host, _concerns.CONCERNS['container_toolkit'], options)
+    verdict = concerns_node_state.check(host, registry.CONCERNS['container_toolkit'], options)
     for each in (result, checked):
         each.pop('invocation', None)
     assert rc == rc_check and result == checked
@@ -102,7 +102,7 @@ def test_converged(call_module, host):
     assert result['installed'] == {'nvidia-container-toolkit': '1.20.0-1', 'nvidia-container-toolkit-base': '1.20.0-1'}
     assert result['held'] == {'nvidia-container-toolkit': True, 'nvidia-container-toolkit-base': True}
     assert result['available'] is None and host.commands == []  # apt-cache asked only when something is installed
-    assert _node_state.describe('container_toolkit', verdict) == ''
+    assert concerns_node_state.describe('container_toolkit', verdict) == ''
 
 
 def test_missing_package_and_files(call_module, host):
@@ -113,7 +113,7 @@ def test_missing_package_and_files(call_module, host):
     assert result['installed'] == {'nvidia-container-toolkit': None, 'nvidia-container-toolkit-base': None}
     assert result['available'] is True
     assert result['actions'] == ['write_key', 'write_source', 'update_index', 'install', 'hold']
-    assert _node_state.describe('container_toolkit', verdict) == '; '.join(result['drift'])
+    assert concerns_node_state.describe('container_toolkit', verdict) == '; '.join(result['drift'])
     assert host.commands[0] == ['/usr/bin/apt-cache', 'madison', 'nvidia-container-toolkit',
                                 'nvidia-container-toolkit-base']
 
@@ -170,7 +170,7 @@ def test_a_host_without_apt_fails_saying_what_to_do(call_module, host, monkeypat
     assert rc == 1 and result['package_manager'] is None
     assert 'apt only (dnf and yum are not supported' in result['msg']
     assert 'gpu_node_container_toolkit: false' in result['msg']
-    assert _node_state.describe('container_toolkit', verdict).startswith('fails: ')
+    assert concerns_node_state.describe('container_toolkit', verdict).startswith('fails: ')
 
 
 def test_apt_cache_failing_fails_with_its_words(call_module, host):
@@ -191,7 +191,7 @@ def test_a_large_status_database_is_read(call_module, host):
 
 
 def test_node_state_runs_it_with_the_other_concerns_in_gpu_nodes_order():
-    order = list(_concerns.ORDER)
+    order = list(registry.ORDER)
     assert order.index('gpu_persistence') < order.index('container_toolkit') < min(
-        order.index(engine) for engine in _concerns.ENGINES)
+        order.index(engine) for engine in registry.ENGINES)
     assert concern.CONCERN.module == 'container_toolkit_info'

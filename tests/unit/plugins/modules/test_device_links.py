@@ -18,10 +18,12 @@ import pytest
 
 from ansible.module_utils import basic
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_device_links
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _dev_char as dc
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _service
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import device_links as concerns_device_links
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links import boot as device_links_boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links import links as dc
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links import run as device_links_run
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import detect as init_detect
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import service
 from ansible_collections.gpufleet.nvidia.plugins.modules import device_links
 from ansible_collections.gpufleet.nvidia.tests.unit.plugins.module_utils.test_dev_char import (
     FakeAPI, container, fake_lstat, make_dev)
@@ -32,7 +34,7 @@ NODES = {'nvidia0': (195, 0), 'nvidiactl': (195, 255), 'nvidia-uvm': (510, 0)}
 @pytest.fixture
 def fake_nodes(monkeypatch):
     real = dc.find_nodes
-    monkeypatch.setattr(dc, 'find_nodes', lambda root, lstat=None: real(root, lstat=fake_lstat))
+    monkeypatch.setattr(device_links_run, 'find_nodes', lambda root, lstat=None: real(root, lstat=fake_lstat))
 
 
 @pytest.fixture
@@ -118,7 +120,7 @@ def test_no_dockerd_is_nothing_to_report(call_module, tmp_path, fake_nodes, warn
 # ---- the Runner with boot pieces and dockerd, under a temp root ----------------------------------
 
 # systemd's one answer about our unit (``Service.systemd_show``), enabled or disabled.
-SHOW = ('show',) + tuple(word for name in _service.SYSTEMD_PROPERTIES for word in ('-p', name)) + (dc.SERVICE,)
+SHOW = ('show',) + tuple(word for name in service.SYSTEMD_PROPERTIES for word in ('-p', name)) + (dc.SERVICE,)
 SHOW_COMMAND = 'systemctl ' + ' '.join(SHOW)
 
 
@@ -158,7 +160,7 @@ class FakeModule(object):
 def systemd_host(monkeypatch):
     def detect(root, run_command):
         return {'init_system': 'systemd', 'reason': 'test', 'evidence': {'tools': {'systemctl': '/bin/systemctl'}}}
-    monkeypatch.setattr(_init_system, 'detect', detect)
+    monkeypatch.setattr(init_detect, 'detect', detect)
 
 
 class runner(object):  # pylint: disable=invalid-name
@@ -168,7 +170,7 @@ class runner(object):  # pylint: disable=invalid-name
         self.module, self.kwargs = module, dict(root=str(root), lstat=fake_lstat, api=api, clock=clock)
 
     def converge(self):
-        return _concern_device_links.run(self.module, **self.kwargs)
+        return concerns_device_links.run(self.module, **self.kwargs)
 
 
 def test_boot_pieces_are_written_after_the_links_and_enabled(tmp_path, systemd_host):
@@ -197,10 +199,10 @@ def test_boot_pieces_are_written_after_the_links_and_enabled(tmp_path, systemd_h
     assert result['actions'] == ['create_links', 'write_script', 'write_udev_rule', 'write_unit', 'enable']
     assert order.index('enable') > max(i for i, step in enumerate(order) if step == 'link')
     unit = root / 'etc/systemd/system/gpufleet-dev-char-links.service'
-    assert unit.read_text() == dc.render_systemd()
+    assert unit.read_text() == device_links_boot.render_systemd()
     script = root / 'usr/local/sbin/gpufleet-dev-char-links'
     assert oct(script.stat().st_mode & 0o777) == oct(0o755)
-    assert (root / 'etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules').read_text() == dc.render_udev_rule()
+    assert (root / 'etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules').read_text() == device_links_boot.render_udev_rule()
     assert result['boot_files'] == [dc.SCRIPT_PATH, dc.UDEV_RULE_PATH, dc.UNIT_PATHS['systemd']]
     assert 'systemctl daemon-reload' not in module.commands  # enable reloads once, after the links exist
     # converged: nothing to do, no reload, no enable
@@ -224,7 +226,7 @@ def test_a_changed_unit_is_reloaded_and_check_mode_shows_the_diff(tmp_path, syst
     assert module.commands == [SHOW_COMMAND]  # one question to systemd
     result = runner(FakeModule({'dev_root': dev}), root).converge()
     assert result['actions'] == ['write_unit', 'reload_init']
-    assert unit.read_text() == dc.render_systemd()
+    assert unit.read_text() == device_links_boot.render_systemd()
 
 
 def test_absent_removes_boot_pieces_first_then_links(tmp_path, systemd_host):
@@ -261,7 +263,7 @@ def test_exposed_containers_are_warned_about_and_left_alone(tmp_path, systemd_ho
 
 
 def test_unknown_init_system_installs_script_and_rule_with_a_warning(tmp_path, monkeypatch):
-    monkeypatch.setattr(_init_system, 'detect', lambda root, run_command: {
+    monkeypatch.setattr(init_detect, 'detect', lambda root, run_command: {
         'init_system': 'unknown', 'reason': 'PID 1 is tini', 'evidence': {'tools': {}}})
     dev = make_dev(tmp_path / 'dev', NODES)
     module = FakeModule({'dev_root': dev})

@@ -14,9 +14,9 @@ import pytest
 
 from core_compat import patch_module_args
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_docker
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _daemon_json as dj
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _host
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import docker as concerns_docker
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import daemon_json as dj
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
 from ansible_collections.gpufleet.nvidia.plugins.modules import docker_runtime
 
 
@@ -96,12 +96,12 @@ def run_module(monkeypatch, tmp_path):
 
     monkeypatch.setattr(docker_runtime.AnsibleModule, 'exit_json', exit_json)
     monkeypatch.setattr(docker_runtime.AnsibleModule, 'fail_json', fail_json)
-    monkeypatch.setattr(_concern_docker._dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
+    monkeypatch.setattr(concerns_docker.docker_dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
 
     def run(args, dockerd):
         dockerd.path = args['path']
-        monkeypatch.setattr(_concern_docker, 'build_dockerd', lambda module, socket_path: (dockerd, None))
-        monkeypatch.setattr(_concern_docker, 'DockerAPI', lambda *a, **k: dockerd)
+        monkeypatch.setattr(concerns_docker, 'build_dockerd', lambda module, socket_path: (dockerd, None))
+        monkeypatch.setattr(concerns_docker, 'DockerAPI', lambda *a, **k: dockerd)
         with patch_module_args(args):
             with pytest.raises(ModuleExit) as excinfo:
                 docker_runtime.main()
@@ -140,7 +140,7 @@ def test_a_no_op_run_does_not_start_dockerd_for_its_help(run_module, tmp_path, m
         asked.append(args)
         return HELP_20_10['text']
 
-    monkeypatch.setattr(_concern_docker._dockerd, 'dockerd_help', dockerd_help)
+    monkeypatch.setattr(concerns_docker.docker_dockerd, 'dockerd_help', dockerd_help)
     path = str(tmp_path / 'daemon.json')
     with open(path, 'w') as handle:
         handle.write('{}\n')
@@ -385,7 +385,7 @@ def test_write_failure_is_failed_not_a_traceback(run_module, tmp_path, monkeypat
     def no_space(src, dest, **dir_fds):
         raise OSError(28, 'No space left on device')
 
-    monkeypatch.setattr(_host.os, 'rename', no_space)  # the rename of _host.write_at
+    monkeypatch.setattr(files.os, 'rename', no_space)  # the rename of files.write_at
     out = run_module({'path': path}, FakeDockerd())
     assert out.failed and out.result['msg'].startswith(path + ': cannot write: No space left on device')
     assert open(path).read() == '{}\n' and os.listdir(str(tmp_path)) == ['daemon.json']

@@ -17,7 +17,7 @@ import pytest
 
 from core_compat import patch_module_args
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _gpu
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
 from ansible_collections.gpufleet.nvidia.plugins.modules import gpu_info, gpu_persistence
 
 MODULES = {
@@ -37,8 +37,8 @@ def run_module(capsys, name, tmp_path, **args):
 
 @pytest.fixture
 def without_pynvml(monkeypatch):
-    monkeypatch.setattr(_gpu, 'pynvml', None)
-    monkeypatch.setattr(_gpu, 'PYNVML_IMPORT_ERROR', 'Traceback (most recent call last):\nImportError: pynvml')
+    monkeypatch.setattr(backends, 'pynvml', None)
+    monkeypatch.setattr(backends, 'PYNVML_IMPORT_ERROR', 'Traceback (most recent call last):\nImportError: pynvml')
 
 
 @pytest.mark.parametrize('backend', ['auto', 'nvml'])

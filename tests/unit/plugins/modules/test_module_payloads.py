@@ -26,14 +26,15 @@ UTILS = 'ansible_collections/gpufleet/nvidia/plugins/module_utils/'
 
 # Each concern's own code (module_utils files no other concern imports).
 OWN = {
-    'device_links': {'_concern_device_links', '_dev_char'},
-    'persistenced': {'_concern_persistenced', '_persistenced_deploy'},
-    'gpu_persistence': {'_concern_gpu_persistence', '_gpu_apply'},
-    'container_toolkit_info': {'_concern_container_toolkit', '_toolkit'},
-    'cdi_spec': {'_concern_cdi', '_cdi_apply', '_cdi_boot', '_cdi'},
-    'containerd_runtime': {'_concern_containerd', '_containerd_apply', '_containerd'},
-    'crio_runtime': {'_concern_crio', '_crio_apply', '_crio'},
-    'docker_runtime': {'_concern_docker', '_docker_apply', '_daemon_json', '_json_splice'},
+    'device_links': {'concerns/device_links', 'device_links/links', 'device_links/boot', 'device_links/run'},
+    'persistenced': {'concerns/persistenced', 'persistenced/deploy', 'persistenced/facts', 'persistenced/actions'},
+    'gpu_persistence': {'concerns/gpu_persistence', 'gpu/apply'},
+    'container_toolkit_info': {'concerns/container_toolkit', 'toolkit/rules'},
+    'cdi_spec': {'concerns/cdi', 'cdi/apply', 'cdi/boot', 'cdi/refresh', 'cdi/spec'},
+    'containerd_runtime': {'concerns/containerd', 'containerd/apply', 'containerd/config', 'containerd/plan',
+                           'containerd/cdi', 'containerd/effective'},
+    'crio_runtime': {'concerns/crio', 'crio/apply', 'crio/config'},
+    'docker_runtime': {'concerns/docker', 'docker/apply', 'docker/daemon_json', 'formats/json_splice'},
 }
 
 
@@ -78,10 +79,10 @@ def test_a_concern_module_carries_its_own_concern_alone(payloads, module):
     assert OWN[module] <= carried
     others = set().union(*(own for name, own in OWN.items() if name != module)) - OWN[module]
     assert carried & others == set(), '%s carries other concerns\' code' % module
-    assert '_concerns' not in carried
+    assert 'concerns/registry' not in carried
 
 
 def test_node_state_carries_every_concern(payloads):
     carried = payloads['node_state']
     assert set().union(*OWN.values()) <= carried
-    assert '_concerns' in carried
+    assert 'concerns/registry' in carried

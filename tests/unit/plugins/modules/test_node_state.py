@@ -20,14 +20,15 @@ import pytest
 
 from core_compat import patch_module_args
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concern_docker
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _concerns
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import base
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import docker as concerns_docker
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
 from ansible_collections.gpufleet.nvidia.plugins.modules import docker_runtime
 from ansible_collections.gpufleet.nvidia.plugins.modules import node_state
 
-from ansible_collections.gpufleet.nvidia.tests.unit.plugins.modules.test_docker_runtime import FakeDockerd, HELP_20_10, ModuleExit
+from ansible_collections.gpufleet.nvidia.tests.unit.plugins.modules.test_docker_runtime import (
+    FakeDockerd, HELP_20_10, ModuleExit)
 
 
 class HostModule(object):
@@ -51,9 +52,9 @@ class HostModule(object):
 @pytest.fixture
 def fake_dockerd(monkeypatch):
     dockerd = FakeDockerd()
-    monkeypatch.setattr(_concern_docker, 'build_dockerd', lambda module, socket_path: (dockerd, None))
-    monkeypatch.setattr(_concern_docker, 'DockerAPI', lambda *a, **k: dockerd)
-    monkeypatch.setattr(_concern_docker._dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
+    monkeypatch.setattr(concerns_docker, 'build_dockerd', lambda module, socket_path: (dockerd, None))
+    monkeypatch.setattr(concerns_docker, 'DockerAPI', lambda *a, **k: dockerd)
+    monkeypatch.setattr(concerns_docker.docker_dockerd, 'dockerd_help', lambda *a: HELP_20_10['text'])
     return dockerd
 
 
@@ -100,7 +101,7 @@ def test_docker_verdict_is_the_modules_check_mode(monkeypatch, tmp_path, fake_do
     before = open(path, 'rb').read() if SCENARIOS[scenario] is not None else None
 
     theirs, failed = module_check(monkeypatch, args)
-    verdict = _node_state.check(HostModule(), _concerns.DOCKER, args)
+    verdict = concerns_node_state.check(HostModule(), registry.DOCKER, args)
 
     assert verdict['failed'] == failed
     assert verdict['result'] == theirs
@@ -114,17 +115,17 @@ def test_docker_verdict_is_the_modules_check_mode(monkeypatch, tmp_path, fake_do
 
 
 def test_options_are_validated_by_the_concern_modules_own_spec():
-    verdict = _node_state.check(HostModule(), _concerns.DOCKER, {'stae': 'present'})
+    verdict = concerns_node_state.check(HostModule(), registry.DOCKER, {'stae': 'present'})
     assert verdict['failed'] and not verdict['converged']
     assert verdict['result']['msg'].startswith('docker_runtime: ')
     assert 'stae' in verdict['result']['msg']
-    both = _node_state.check(HostModule(), _concerns.GPU_PERSISTENCE, {'mode': 'enabled', 'modes': []})
+    both = concerns_node_state.check(HostModule(), registry.GPU_PERSISTENCE, {'mode': 'enabled', 'modes': []})
     assert both['failed'] and 'mutually exclusive' in both['result']['msg']
-    neither = _node_state.check(HostModule(), _concerns.GPU_PERSISTENCE, {})
+    neither = concerns_node_state.check(HostModule(), registry.GPU_PERSISTENCE, {})
     assert neither['failed'] and 'one of the following is required: mode, modes' in neither['result']['msg']
 
 
-class Scripted(_concern.Concern):
+class Scripted(base.Concern):
     """A concern whose run is scripted: a result, a fail_json or an error."""
 
     def __init__(self, name, outcome):
@@ -136,18 +137,18 @@ class Scripted(_concern.Concern):
                 raise OSError(5, 'Input/output error')
             module.warn('%s says hello' % name)
             return {'changed': outcome == 'drift', 'actions': ['restart'] if outcome == 'drift' else []}
-        _concern.Concern.__init__(self, name, name + '_module', {'x': dict(type='int', default=1)}, run)
+        base.Concern.__init__(self, name, name + '_module', {'x': dict(type='int', default=1)}, run)
 
 
 def scripted(monkeypatch, outcomes):
     concerns = dict((name, Scripted(name, outcome)) for name, outcome in outcomes.items())
-    monkeypatch.setattr(_concerns, 'CONCERNS', dict(_concerns.CONCERNS, **concerns))
+    monkeypatch.setattr(registry, 'CONCERNS', dict(registry.CONCERNS, **concerns))
     return dict((name, {}) for name in outcomes)
 
 
 def test_a_converged_node(monkeypatch):
     options = scripted(monkeypatch, {'persistenced': 'ok', 'gpu_persistence': 'ok', 'docker': 'ok'})
-    result, warnings, diffs = _node_state.evaluate(HostModule(), dict(options, engines=[]))
+    result, warnings, diffs = concerns_node_state.evaluate(HostModule(), dict(options, engines=[]))
     assert result['converged'] and result['drifted'] == [] and result['run'] == []
     assert result['evaluated'] == ['persistenced', 'gpu_persistence', 'docker']
     assert result['changed'] is False
@@ -158,7 +159,7 @@ def test_a_converged_node(monkeypatch):
 
 def test_the_gpus_run_again_after_the_daemon_drifted(monkeypatch):
     options = scripted(monkeypatch, {'persistenced': 'drift', 'gpu_persistence': 'ok', 'docker': 'ok'})
-    result = _node_state.evaluate(HostModule(), dict(options, engines=[]))[0]
+    result = concerns_node_state.evaluate(HostModule(), dict(options, engines=[]))[0]
     assert result['drifted'] == ['persistenced'] and result['run'] == ['persistenced', 'gpu_persistence']
     assert result['concerns']['persistenced']['changes'] == 'restart'
     assert result['msg'] == 'drifted: persistenced (restart)'
@@ -166,7 +167,7 @@ def test_the_gpus_run_again_after_the_daemon_drifted(monkeypatch):
 
 def test_a_failing_or_crashing_concern_is_drifted_and_hides_no_other(monkeypatch):
     options = scripted(monkeypatch, {'device_links': 'crash', 'persistenced': 'fail', 'docker': 'drift'})
-    result = _node_state.evaluate(HostModule(), dict(options, engines=[]))[0]
+    result = concerns_node_state.evaluate(HostModule(), dict(options, engines=[]))[0]
     assert result['drifted'] == ['device_links', 'persistenced', 'docker']
     assert result['concerns']['persistenced']['failed']
     assert result['concerns']['persistenced']['changes'] == 'fails: persistenced cannot be done'
@@ -177,15 +178,15 @@ def test_a_failing_or_crashing_concern_is_drifted_and_hides_no_other(monkeypatch
 
 def test_engines_choose_which_registrations_are_evaluated(monkeypatch):
     options = scripted(monkeypatch, {'containerd': 'drift', 'crio': 'drift', 'docker': 'ok'})
-    result = _node_state.evaluate(HostModule(), dict(options, engines=['docker']))[0]
+    result = concerns_node_state.evaluate(HostModule(), dict(options, engines=['docker']))[0]
     assert result['evaluated'] == ['docker'] and result['engine_list'] == ['docker']
     assert result['engines_found'] is None
     found = {'engines': {'containerd': {'auto': True}, 'crio': {'auto': False}, 'docker': {'auto': True}},
              'auto': ['containerd', 'docker']}
     asked = []
-    monkeypatch.setattr(_node_state._engines, 'detect', lambda run, containerd_config: asked.append(
+    monkeypatch.setattr(concerns_node_state.concerns_engines, 'detect', lambda run, containerd_config: asked.append(
         containerd_config) or found)
-    result = _node_state.evaluate(HostModule(), dict(options, engines=['auto']))[0]
+    result = concerns_node_state.evaluate(HostModule(), dict(options, engines=['auto']))[0]
     assert result['evaluated'] == ['containerd', 'docker'] and result['run'] == ['containerd']
     assert result['engines_found'] == found['engines']
     assert asked == ['/etc/containerd/config.toml']
@@ -215,7 +216,7 @@ def test_the_module_reports_and_never_changes(monkeypatch, tmp_path, fake_docker
 
 
 def test_containerd_is_asked_once_per_file_in_node_state_only(tmp_path, monkeypatch):
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _containerd_apply
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
     config = tmp_path / 'config.toml'
     config.write_text('version = 2\n')
     calls = []
@@ -223,11 +224,11 @@ def test_containerd_is_asked_once_per_file_in_node_state_only(tmp_path, monkeypa
     def run(argv):
         calls.append(argv)
         return 0, 'version = 2\n[plugins]\n', ''
-    tools = _containerd_apply.Tools(run, containerd='/usr/bin/containerd')
+    tools = facts.Tools(run, containerd='/usr/bin/containerd')
     tools.dump(str(config))
     tools.dump(str(config))
     assert len(calls) == 2  # a module that writes asks every time
-    _containerd_apply.remember_dumps()
+    facts.remember_dumps()
     first = tools.dump(str(config))
     first[0]['version'] = 99  # a caller's change does not reach the next answer
     assert tools.dump(str(config)) == ({'version': 2, 'plugins': {}}, None)
@@ -249,11 +250,11 @@ class CountingModule(object):
 
 
 def test_a_query_is_run_once_per_node_state_run_whichever_concern_asks():
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils import _module
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
     host, answers = CountingModule(), {}
-    first = _node_state.ConcernModule(host, _concerns.DOCKER, {}, answers=answers)
-    second = _node_state.ConcernModule(host, _concerns.DEVICE_LINKS, {}, answers=answers)
-    run_first, run_second = _module.runner(first), _module.runner(second)
+    first = concerns_node_state.ConcernModule(host, registry.DOCKER, {}, answers=answers)
+    second = concerns_node_state.ConcernModule(host, registry.DEVICE_LINKS, {}, answers=answers)
+    run_first, run_second = concerns_module.runner(first), concerns_module.runner(second)
     show = ['systemctl', 'show', '-p', 'MainPID', 'docker']
     assert run_first(show) == run_first(show) == run_second(show) == (0, 'answer 1', '')
     # another question, or the same one with other input, is asked
@@ -263,7 +264,7 @@ def test_a_query_is_run_once_per_node_state_run_whichever_concern_asks():
     assert run_second(['containerd', 'config', 'dump'], data='a')[1] == 'answer 3'
     assert len(host.ran) == 4
     # without a shared record (a concern module run on its own) every command runs
-    alone = _node_state.ConcernModule(host, _concerns.DOCKER, {})
+    alone = concerns_node_state.ConcernModule(host, registry.DOCKER, {})
     alone.run_command(show)
     assert len(host.ran) == 5
 
@@ -277,17 +278,18 @@ def test_a_concern_is_imported_when_it_is_evaluated_and_tomli_only_without_tomll
     import sys
     prefix = 'ansible_collections.gpufleet.nvidia.plugins.module_utils.'
     probe = ('import json, sys\n'
-             'from ansible_collections.gpufleet.nvidia.plugins.module_utils import _node_state, _concerns\n'
-             'ours = ("_concern_", "_crio", "_tomli", "_docker")\n'
+             'from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state\n'
+             'from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry\n'
+             'ours = tuple("concerns." + name for name in registry.ORDER) + ("crio.", "formats._tomli", "docker.")\n'
              'seen = lambda: sorted(m[len(P):] for m in sys.modules if m.startswith(P) and m[len(P):].startswith(ours))\n'
              'first = seen()\n'
-             'docker = _concerns.CONCERNS["docker"]\n'
-             'print(json.dumps([first, seen(), docker.module, _concerns.DOCKER is docker, len(_concerns.CONCERNS)]))\n')
+             'docker = registry.CONCERNS["docker"]\n'
+             'print(json.dumps([first, seen(), docker.module, registry.DOCKER is docker, len(registry.CONCERNS)]))\n')
     out = subprocess.run([sys.executable, '-c', 'P = %r\n' % prefix + probe], check=False, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, universal_newlines=True,
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     first, after, module, same, count = json.loads(out.stdout)
-    assert first == [], out.stdout  # _node_state and _concerns alone: no concern's code yet
-    assert '_concern_docker' in after and module == 'docker_runtime' and same and count == 8
-    assert not [name for name in after if name.startswith(('_concern_crio', '_crio'))]
-    assert ('_tomli' in after) is (sys.version_info < (3, 11))
+    assert first == [], out.stdout  # concerns.node_state and concerns.registry alone: no concern's code yet
+    assert 'concerns.docker' in after and 'docker.apply' in after and module == 'docker_runtime' and same and count == 8
+    assert not [name for name in after if name.startswith(('concerns.crio', 'crio.'))]
+    assert ('formats._tomli' in after) is (sys.version_info < (3, 11))

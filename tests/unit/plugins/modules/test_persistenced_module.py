@@ -17,8 +17,8 @@ import pytest
 
 from core_compat import patch_module_args
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _init_system
-from ansible_collections.gpufleet.nvidia.plugins.module_utils import _persistenced_deploy as deploy
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import detect as init_detect
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import deploy
 from ansible_collections.gpufleet.nvidia.plugins.modules import persistenced
 
 SOURCE = '#!/usr/bin/env python\nprint("daemon")\n'
@@ -32,14 +32,14 @@ def run_module(capsys, args):
 
 
 def test_no_init_system_recognised(capsys, monkeypatch):
-    real_detect = _init_system.detect
+    real_detect = init_detect.detect
 
     def container(root, run_command):
         found = real_detect(root, run_command)
         found.update(init_system='unknown', reason='PID 1 is tini, a container entrypoint, not an init system')
         return found
 
-    monkeypatch.setattr(_init_system, 'detect', container)
+    monkeypatch.setattr(init_detect, 'detect', container)
     rc, result = run_module(capsys, {'bundled_source': SOURCE})
     assert rc == 1
     assert 'no init system recognised' in result['msg'] and 'set init_system' in result['msg']
@@ -110,14 +110,14 @@ def test_a_state_file_outside_a_dedicated_directory_fails_first(capsys, state_fi
 
 def test_a_missing_init_tool_fails_naming_it(capsys, tmp_path, monkeypatch):
     """An Upstart host whose initctl is gone: a clear failure, not a traceback. Check mode, root: nothing changes."""
-    real_detect = _init_system.detect
+    real_detect = init_detect.detect
 
     def without_initctl(root, run_command):
         found = real_detect(root, run_command)
         found['evidence']['tools'].pop('initctl', None)
         return found
 
-    monkeypatch.setattr(_init_system, 'detect', without_initctl)
+    monkeypatch.setattr(init_detect, 'detect', without_initctl)
     rc, result = run_module(capsys, {'bundled_source': SOURCE, 'init_system': 'upstart', 'user': 'root',
                                      'state_file': str(tmp_path / 'gf' / 'persistence.json'),
                                      '_ansible_check_mode': True})
@@ -153,7 +153,7 @@ def fake_service(tmp_path, monkeypatch):
     service = FakeService()
     monkeypatch.setattr(deploy, 'persistence_service', lambda init, name, run, tools: service)
     monkeypatch.setattr(deploy.pd, 'unit_path', lambda init, name: str(tmp_path / 'unit'))
-    monkeypatch.setattr(deploy._host, 'open_file_holders', lambda prefixes: [])
+    monkeypatch.setattr(deploy.procs, 'open_file_holders', lambda prefixes: [])
     return service
 
 

@@ -1,0 +1,59 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A concern module's entry point (``Concern``: its argument spec and its run) and what the engines share.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time. Each concern has a file of its own (``_concern_<name>.py``, with
+its spec, its run and its ``CONCERN``), so that a concern module's payload
+holds that concern's code alone; ``concerns.registry`` gathers them for node_state.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
+
+
+class Concern(object):
+    """A concern module: ``spec`` (its argument spec), ``checks`` (AnsibleModule's cross-option rules) and
+    ``run(module) -> result``."""
+
+    def __init__(self, name, module, spec, run, **checks):
+        self.name = name
+        self.module = module
+        self.spec = spec
+        self.run = run
+        self.checks = checks
+
+    def argument_spec(self):
+        """The module's whole argument spec: ``spec`` and ``role_vars``, which the module's action plugin handles
+        (plugin_utils/_role_action.py) and never sends, in the spec so that the documented option is one the module
+        has (node_state validates a concern's options against this same spec)."""
+        return dict(self.spec, role_vars=dict(type='bool', default=False))
+
+    def module_args(self):
+        """The keyword arguments of the concern module's AnsibleModule."""
+        args = dict(argument_spec=self.argument_spec(), supports_check_mode=True)
+        args.update(self.checks)
+        return args
+
+
+def engine_service(module, executable, find_pid, **kwargs):
+    """``(Service, run_command)``: the engine's service (``service_name``) under this host's init system, whose
+    process runs ``executable`` (``Service.processes``)."""
+    run_command = concerns_module.runner(module)
+    init, tools, unused_detected = concerns_module.init_system(module, run_command)
+    return Service(init, module.params['service_name'], run_command, tools, find_pid, executable=executable,
+                   **kwargs), run_command
+
+
+def engine_binary(module, name, install):
+    """The engine daemon's executable; the module fails, naming its file (``path``), when there is none."""
+    binary = module.get_bin_path(name)
+    if binary is None:
+        module.fail_json(msg='%s is not installed on this host (no %s executable found); %s'
+                             % (name, name, install), path=module.params['path'])
+    return binary

@@ -1,0 +1,47 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The containerd_runtime concern: its argument spec and run.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time (see ``concerns.base``).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines import verify
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base import (
+    Concern, engine_binary, engine_service)
+
+
+SPEC = apply.SPEC
+
+
+def run(module):
+    params = module.params
+    containerd = engine_binary(module, 'containerd', 'install the containerd package first.')
+    service, run_command = engine_service(
+        module, containerd, lambda: facts.find_pid(params['path'], service.processes()),
+        log_files=facts.log_files(params['service_name']))
+    programs = facts.Tools(run_command, containerd=containerd,
+                           ctr=module.get_bin_path('ctr') or 'ctr')
+    request = apply.Request.from_params(params)
+    converge = apply.Converge(request, service, programs, backup=params['backup'] or None,
+                              label=files.selinux_labeller(module))
+    result = concerns_module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
+    loaded, why = apply.runtime_loaded(result, params['name'])
+    result['verification'] = verify.verify(
+        verify.request_from(params, params['runtime_path']), verify.Ctr(module.get_bin_path('ctr'), converge.address, os.getpid()),
+        run_command, module.check_mode, params['state'], loaded, loaded_why=why)
+    return result
+
+
+CONCERN = Concern('containerd', 'containerd_runtime', SPEC, run)

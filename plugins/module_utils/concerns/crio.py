@@ -1,0 +1,39 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The crio_runtime concern: its argument spec and run.
+
+This module is PRIVATE to the gpufleet.nvidia collection: its API may change
+at any time (see ``concerns.base``).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base import (
+    Concern, engine_binary, engine_service)
+
+
+SPEC = config.SPEC
+
+
+def run(module):
+    params = module.params
+    crio = engine_binary(module, 'crio', 'install CRI-O first.')
+    service, run_command = engine_service(module, crio, lambda: apply.find_pid(service.processes())[0])
+    request = config.Request.from_params(params)
+    converge = apply.Converge(request, service, apply.Tools(run_command, crio=crio),
+                              backup=params['backup'] or None,
+                              backup_dir=os.path.dirname(params['config_dir'].rstrip('/')),
+                              label=files.selinux_labeller(module))
+    return concerns_module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
+
+
+CONCERN = Concern('crio', 'crio_runtime', SPEC, run)
