@@ -33,7 +33,8 @@ import re
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import boot as init_boot
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import spec as spec_mod
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines import names as engines_names
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.paths import unit_mode, unit_path
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.systems import unit_mode, unit_path
 
 SERVICE = 'gpufleet-cdi-refresh'
 SCRIPT_PATH = '/usr/local/sbin/gpufleet-cdi-refresh'
@@ -94,7 +95,7 @@ def choose_source(wanted, init_system, nvidia_unit, env_text, path, names):
     Raises ValueError (the message) when ``wanted`` is ``nvidia`` and NVIDIA's unit cannot do it.
     """
     why_not = None
-    if init_system != 'systemd':
+    if not systems.get(init_system).runs_systemd_units:
         why_not = ('NVIDIA ships its refresh as systemd units only; this host runs %s'
                    % (init_system or 'no init system we know'))
     elif nvidia_unit is None:

@@ -16,6 +16,7 @@ import os
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import boot as cdi_boot
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base import Concern
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
@@ -29,7 +30,7 @@ def run(module):
     init, tools = None, {}
     if request.boot:
         init, tools, detected = concerns_module.init_system(module, run_command, request.init_system)
-        if init not in ('systemd', 'sysvinit', 'upstart'):
+        if init not in systems.SYSTEMS:
             module.warn('%s: no init system recognised (%s): the CDI spec is not refreshed at boot; set init_system '
                         'if this host runs systemd, SysV or Upstart' % (os.uname()[1], detected['reason']))
             init = None

@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import paths
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
 
 
 # (containerd, path, the file's bytes) -> dump answer (Tools.dump), once remember_dumps() was called in this
@@ -246,7 +246,7 @@ def find_pid(config_path, pids, default_path=cd.DEFAULT_PATH):
 
 def log_files(service):
     """Where a SysV script or an Upstart job of ``service`` logs (systemd: the journal)."""
-    return paths.log_files(service)
+    return systems.log_files(service)
 
 
 def containerd_error(log):

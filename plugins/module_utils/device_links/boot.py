@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import boot as init_boot
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.paths import unit_mode
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.systems import unit_mode
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links.links import (
     ENGINES, SCRIPT_PATH, SERVICE, UDEV_RULE_PATH, UNIT_PATHS)
 

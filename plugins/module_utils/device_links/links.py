@@ -44,7 +44,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines import nam
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.paths import INIT_SYSTEMS, unit_path
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.systems import SYSTEMS, unit_path
 
 
 DEV_ROOT = '/dev'
@@ -54,7 +54,7 @@ MARKER = init_boot.MARKER
 SERVICE = 'gpufleet-dev-char-links'
 SCRIPT_PATH = '/usr/local/sbin/gpufleet-dev-char-links'
 UDEV_RULE_PATH = '/etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules'
-UNIT_PATHS = dict((init, unit_path(init, SERVICE)) for init in INIT_SYSTEMS)
+UNIT_PATHS = dict((init, unit_path(init, SERVICE)) for init in SYSTEMS)
 
 
 # The container engines' services (whose runc asks systemd for device access); the boot piece runs before each.

@@ -18,7 +18,8 @@ import re
 import shlex
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.paths import log_files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.systems import log_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 
 DEFAULT_PIDFILES = ('/var/run/docker.pid', '/run/docker.pid')
@@ -148,10 +149,11 @@ class Dockerd(Service):
 
     def __init__(self, run_command, init_system, tools, service='docker', pidfiles=DEFAULT_PIDFILES,
                  socket_path=None, upstart_job_dir='/etc/init', executable=None):
-        if init_system == 'upstart' and not os.path.exists(os.path.join(upstart_job_dir, service + '.conf')):
+        fallback = systems.get(init_system).without_definition
+        if fallback and not os.path.exists(os.path.join(upstart_job_dir, service + '.conf')):
             # No Upstart job: Upstart runs the SysV script through its rc job, so manage it as SysV does
             # (what Ubuntu's "service" command does on Upstart hosts).
-            init_system = 'sysvinit'
+            init_system = fallback
         self.pidfiles = tuple(pidfiles)
         self.socket_path = socket_path
         Service.__init__(self, init_system, service, run_command, tools,
@@ -164,10 +166,7 @@ class Dockerd(Service):
         pid = self.pid()
         if pid:
             words.extend(procs.process_argv(pid)[1:])
-        if self.init_system == 'systemd':
-            match = re.search(r'argv\[\]=([^;]*)', self.systemd_show().get('ExecStart', ''))
-            if match:
-                words.extend(w for w in match.group(1).split() if not w.startswith('$'))
+        words.extend(self.command_words())
         for options_file in ('/etc/default/%s' % self.name, '/etc/sysconfig/%s' % self.name):
             words.extend(read_options_file(options_file))
         return words

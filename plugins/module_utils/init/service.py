@@ -5,22 +5,10 @@
 
 This module is PRIVATE to the gpufleet.nvidia collection: its API may change
 at any time. Both ``persistenced`` (the persistence daemon's service) and
-``docker_runtime`` (dockerd) drive their service through ``Service``; it
-holds what the init systems really do, measured on real systemd, real
-Upstart 1.13 and 0.6.5 and Debian's SysV scripts:
-
-* Upstart's ``initctl stop`` / ``start`` exit 1 with "Job has already been
-  stopped" / "Unknown instance" / "Job is already running": success here.
-* A job whose start failed can sit in ``stop/post-start`` while its
-  post-start runs; a ``start`` issued then ends in ``start/running`` with no
-  main process. ``stop`` waits for ``stop/waiting``, and only
-  ``start/running, process N`` counts as running.
-* ``initctl restart`` keeps the old job definition: ``restart`` is stop, then
-  start, on Upstart.
-* systemd units such as docker.service have a start limit: ``restart``
-  clears a failed state first, so a roll-back's restart is not refused.
-* SysV scripts have no reliable ``reload`` (Debian's docker script's
-  force-reload restarts): ``reload`` signals the daemon's process instead.
+``docker_runtime`` (dockerd) drive their service through ``Service``; what
+each init system's commands are and what their answers mean is its class's
+(``init.systems``), which ``Service`` asks and hands itself to: ``Service``
+runs the commands, reads the files and signals the processes.
 
 ``run(argv) -> (rc, out, err)`` runs host commands; ``tools`` maps tool names
 (systemctl, initctl, update-rc.d, chkconfig, insserv, journalctl) to paths,
@@ -50,27 +38,13 @@ import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError, ServiceError
 
-# What real Upstart's initctl says (exit 1) for a job already stopped or started:
-# 1.13 "Job has already been stopped" / "Unknown instance", 0.6.5 "Unknown instance";
-# both "Job is already running".
-UPSTART_ALREADY_STOPPED = ('Unknown instance', 'Job has already been stopped')
-UPSTART_ALREADY_STARTED = ('Job is already running',)
-# systemctl is-enabled answers that mean "starts at boot".
-SYSTEMD_ENABLED = ('enabled', 'enabled-runtime', 'alias', 'static', 'generated')
 # What one `systemctl show` reads of a unit: every query about it (is it loaded, enabled, active, its main process,
 # its command) is answered from that one answer, so node_state, which runs each command once per run, asks systemd
 # once per unit (each systemctl costs about 10 ms of CPU on the host).
 SYSTEMD_PROPERTIES = ('LoadState', 'ActiveState', 'UnitFileState', 'MainPID', 'ExecStart')
-# The ActiveState values `systemctl is-active` exits 0 for.
-SYSTEMD_ACTIVE = ('active', 'reloading', 'refreshing')
-# UnitFileState values that say all of `systemctl is-enabled`'s answer. The others (a unit generated from a SysV
-# script, "generated", whose links only `is-enabled` reads through systemd-sysv-install; none, for a unit systemd
-# has not loaded) are asked of `is-enabled` itself.
-SYSTEMD_FILE_STATES = ('enabled', 'enabled-runtime', 'alias', 'static', 'disabled', 'masked', 'masked-runtime',
-                       'indirect', 'linked', 'linked-runtime', 'transient', 'bad')
-
 
 # node_state: the units an earlier run asked systemd about, shown together in one ``systemctl show`` when the first
 # of them is asked (``show_together``); None elsewhere, where each Service asks for its own unit.
@@ -120,11 +94,13 @@ def found_by(service, pid, warnings):
 
 
 class Service(object):
-    """The init system's commands for one service."""
+    """The init system's commands for one service: ``init_system`` is init.detect's name of it, ``self.init`` its
+    class (``init.systems``), which decides; this object runs."""
 
     def __init__(self, init_system, name, run, tools, find_pid=None, log_files=(), log_filter=None,
                  script_dir='/etc/init.d', rc_root='/etc', executable=None, pid_files=None):
         self.init_system = init_system
+        self.init = systems.get(init_system)
         self.name = name
         self.run = run
         self.tools = dict(tools or {})
@@ -138,7 +114,7 @@ class Service(object):
         self.script = os.path.join(script_dir, name)
         self.rc_root = rc_root
 
-    # ---- plumbing -------------------------------------------------------------
+    # ---- plumbing: what the init system's class asks of the host --------------
     def tool(self, name):
         path = self.tools.get(name)
         if not path:
@@ -146,34 +122,25 @@ class Service(object):
                                % (name, self.name, self.init_system))
         return path
 
-    def _check(self, argv, what):
+    def check(self, argv, what):
         rc, out, err = self.run(argv)
         if rc != 0:
             raise ServiceError('%s failed (rc=%s, `%s`): %s' % (what, rc, ' '.join(argv), (err or out or '').strip()))
         return out
 
-    def _verb(self, verb):
-        if self.init_system == 'systemd':
-            argv = [self.tool('systemctl'), verb, self.name]
-        elif self.init_system == 'sysvinit':
-            argv = [self.script, verb]
-        else:
-            raise ServiceError('cannot %s %s: no init system manages it here (init system: %s)'
-                               % (verb, self.name, self.init_system))
-        return self._check(argv, '%s %s' % (verb, self.name))
+    def start_links(self):
+        """The SysV start links of the service in runlevels 2-5 (``rc2.d/S01NAME``...)."""
+        return glob.glob('%s/rc[2345].d/S[0-9][0-9]%s' % (self.rc_root, self.name))
 
-    def upstart_status(self):
-        rc, out, err = self.run([self.tool('initctl'), 'status', self.name])
-        return out if rc == 0 else ''
-
-    def _initctl(self, verb, already=()):
-        """``initctl VERB``; real Upstart exits 1 when the job is already where it was
-        asked to go, which is success here."""
-        argv = [self.tool('initctl'), verb, self.name]
-        rc, out, err = self.run(argv)
-        if rc != 0 and not any(text in (err or '') + (out or '') for text in already):
-            raise ServiceError('%s %s failed (rc=%s, `%s`): %s'
-                               % (verb, self.name, rc, ' '.join(argv), (err or out or '').strip()))
+    def hangup(self):
+        """SIGHUP to the service's main process."""
+        pid = self.pid()
+        if not pid:
+            raise ServiceError('cannot reload %s: it is not running' % self.name)
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except OSError as exc:
+            raise ServiceError('cannot send SIGHUP to %s (pid %d): %s' % (self.name, pid, exc))
 
     # ---- queries --------------------------------------------------------------
     def pid(self):
@@ -211,18 +178,11 @@ class Service(object):
         return values
 
     def reported_pid(self):
-        """``(pid, evidence)``: the main process as the init system reports it (pid None: not running), or
-        ``(None, None)`` when it has no record of the service."""
-        if self.init_system == 'systemd' and self.tools.get('systemctl'):
-            values = self.systemd_show()
-            if values.get('LoadState') == 'loaded':
-                main = values.get('MainPID', '').strip()
-                return (int(main) if main.isdigit() and int(main) > 0 else None), 'systemd (MainPID of %s)' % self.name
-        if self.init_system == 'upstart' and self.tools.get('initctl'):
-            rc, out, err = self.run([self.tools['initctl'], 'status', self.name])
-            if rc == 0:
-                match = re.search(r'start/running, process (\d+)', out or '')
-                return (int(match.group(1)) if match else None), 'Upstart (initctl status %s)' % self.name
+        """``(pid, evidence)``: the main process as the init system reports it (pid None: not running), else as a
+        root-owned pid file names it, or ``(None, None)`` when neither has a record of the service."""
+        pid, evidence = self.init.reported_pid(self)
+        if evidence is not None:
+            return pid, evidence
         for pid_file in filter(None, (self.script_pid_file(),) + self.pid_files):
             pid = procs.read_pid_file(pid_file, owner=0)
             if pid:
@@ -250,34 +210,16 @@ class Service(object):
         return found
 
     def is_enabled(self):
-        if self.init_system == 'systemd':
-            state = self.systemd_show().get('UnitFileState', '')
-            if state in SYSTEMD_FILE_STATES:
-                return state in SYSTEMD_ENABLED
-            rc, out, err = self.run([self.tool('systemctl'), 'is-enabled', self.name])
-            return rc == 0 and out.strip() in SYSTEMD_ENABLED
-        if self.init_system == 'sysvinit':
-            return bool(glob.glob('%s/rc[2345].d/S[0-9][0-9]%s' % (self.rc_root, self.name)))
-        return True  # Upstart: the job's "start on" stanza starts it at boot
+        return self.init.is_enabled(self)
 
     def is_running(self):
-        if self.init_system == 'systemd':
-            return self.systemd_show().get('ActiveState') in SYSTEMD_ACTIVE
-        if self.init_system == 'upstart':
-            # "start/running" alone, with no ", process N", is a job whose main process
-            # Upstart has lost (it ended while a post-start ran): not running.
-            return 'start/running, process ' in self.upstart_status()
-        return self.pid() is not None
+        return self.init.is_running(self)
 
     def logs(self, since=None, lines=40):
         """The service's recent log lines (for error messages); '' when none are found."""
-        if self.init_system == 'systemd' and self.tools.get('journalctl'):
-            argv = [self.tools['journalctl'], '-u', '%s.service' % self.name, '--no-pager', '-o', 'cat',
-                    '-n', str(lines)]
-            if since:
-                argv.append('--since=@%d' % int(since))
-            rc, out, err = self.run(argv)
-            return (out or '').strip() if rc == 0 else ''
+        found = self.init.logs(self, since, lines)
+        if found is not None:
+            return found
         for path in self.log_files:
             found = [line for line in files.tail_file(path, 65536).splitlines()
                      if self.log_filter is None or self.log_filter in line]
@@ -285,84 +227,30 @@ class Service(object):
                 return '\n'.join(found[-lines:])
         return ''
 
+    def command_words(self):
+        """The words the init system starts the service with, where it says (systemd's ExecStart)."""
+        return self.init.command_words(self)
+
     # ---- actions --------------------------------------------------------------
     def reload_init(self):
         """Make the init system read changed service definitions."""
-        if self.init_system == 'systemd':
-            self._check([self.tool('systemctl'), 'daemon-reload'], 'systemd daemon-reload')
-        elif self.init_system == 'upstart':
-            self._check([self.tool('initctl'), 'reload-configuration'], 'Upstart reload-configuration')
+        self.init.reload_init(self)
 
     def enable(self):
-        if self.init_system == 'systemd':
-            self._check([self.tool('systemctl'), 'enable', self.name], 'enabling %s' % self.name)
-        elif self.init_system == 'sysvinit':
-            if self.tools.get('update-rc.d'):
-                # "defaults" keeps links a package left behind (K links of a disabled service): "enable" turns them on.
-                self._check([self.tools['update-rc.d'], self.name, 'defaults'], 'update-rc.d defaults')
-                self._check([self.tools['update-rc.d'], self.name, 'enable'], 'update-rc.d enable')
-            elif self.tools.get('chkconfig'):
-                self._check([self.tools['chkconfig'], '--add', self.name], 'chkconfig --add')
-                self._check([self.tools['chkconfig'], self.name, 'on'], 'chkconfig on')
-            elif self.tools.get('insserv'):
-                self._check([self.tools['insserv'], self.name], 'insserv')
-            else:
-                raise ServiceError('none of update-rc.d, chkconfig or insserv was found to enable %s at boot'
-                                   % self.name)
+        self.init.enable(self)
 
     def disable(self):
-        if self.init_system == 'systemd':
-            self._check([self.tool('systemctl'), 'disable', self.name], 'disabling %s' % self.name)
-        elif self.init_system == 'sysvinit':
-            if self.tools.get('update-rc.d'):
-                self._check([self.tools['update-rc.d'], '-f', self.name, 'remove'], 'update-rc.d remove')
-            elif self.tools.get('chkconfig'):
-                self._check([self.tools['chkconfig'], '--del', self.name], 'chkconfig --del')
-            elif self.tools.get('insserv'):
-                self._check([self.tools['insserv'], '-r', self.name], 'insserv -r')
+        self.init.disable(self)
 
     def start(self):
-        if self.init_system == 'upstart':
-            self._initctl('start', UPSTART_ALREADY_STARTED)
-        else:
-            self._verb('start')
+        self.init.start(self)
 
     def stop(self, settle=15.0, sleep=time.sleep, clock=time.time):
-        if self.init_system == 'upstart':
-            self._initctl('stop', UPSTART_ALREADY_STOPPED)
-            # A job whose start failed can still be in stop/post-start while its
-            # post-start runs; a start issued then ends in "start/running" with no main
-            # process. Wait for stop/waiting.
-            give_up = clock() + settle
-            while 'stop/waiting' not in self.upstart_status() and clock() < give_up:
-                sleep(0.1)
-        else:
-            self._verb('stop')
+        self.init.stop(self, settle, sleep, clock)
 
     def restart(self):
-        if self.init_system == 'upstart':
-            # "initctl restart" keeps the old job definition: stop and start to load the new one.
-            self.stop()
-            self.start()
-        elif self.init_system == 'systemd':
-            # Units such as docker.service have a start limit: a failed start must not block a roll-back's restart.
-            self.run([self.tool('systemctl'), 'reset-failed', self.name])
-            self._verb('restart')
-        else:
-            self._verb('restart')
+        self.init.restart(self)
 
     def reload(self):
-        """Ask the running daemon to re-read its configuration (SIGHUP)."""
-        if self.init_system == 'systemd':
-            self._check([self.tool('systemctl'), 'reload', self.name], 'reloading %s' % self.name)
-        elif self.init_system == 'upstart':
-            self._initctl('reload')
-        else:
-            # SysV scripts have no reliable reload (Debian's docker force-reload restarts): signal the daemon.
-            pid = self.pid()
-            if not pid:
-                raise ServiceError('cannot reload %s: it is not running' % self.name)
-            try:
-                os.kill(pid, signal.SIGHUP)
-            except OSError as exc:
-                raise ServiceError('cannot send SIGHUP to %s (pid %d): %s' % (self.name, pid, exc))
+        """Ask the running daemon to re-read its configuration (SIGHUP, or the init system's reload)."""
+        self.init.reload(self)

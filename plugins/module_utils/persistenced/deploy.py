@@ -28,7 +28,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced impor
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import (
     GpufleetError, RunFailed, ServiceError)
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import paths as init_paths
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 
 
@@ -92,7 +92,7 @@ class Deployer(object):
         self.init = init
         self.service = persistence_service(init, p['service_name'], self.run, tools)
         self.unit_path = pd.unit_path(init, p['service_name'])
-        self.unit_mode = init_paths.unit_mode(init)
+        self.unit_mode = systems.unit_mode(init)
         self.result.update(init_system=init, unit_path=self.unit_path, user=p['user'], group=p['group'])
 
     def resolve_identity(self):
@@ -133,7 +133,7 @@ class Deployer(object):
             'running': running,
             # a changed definition is enabled again (systemd links point at the old file); Upstart jobs start
             # through their own "start on" stanza
-            'enabled': self.service.is_enabled() if current_unit == desired_unit or self.init == 'upstart' else False,
+            'enabled': self.service.is_enabled() if current_unit == desired_unit or self.service.init.starts_by_definition else False,
             'user_exists': self.pw is not None,
             'group_exists': self.gr is not None,
             'state_dir_ok': self.inspect_state_dir(),

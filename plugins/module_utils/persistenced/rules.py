@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover  (Python 2 never reaches the host side)
     from pipes import quote as sh_quote
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import paths
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 MARKER = 'Managed by gpufleet.nvidia'
@@ -52,8 +52,8 @@ class ConfigError(GpufleetError):
 
 
 def unit_path(init_system, service):
-    """The persistence daemon's unit, SysV script or Upstart job (``paths.INIT_SYSTEMS``)."""
-    return paths.unit_path(init_system, service)
+    """The persistence daemon's unit, SysV script or Upstart job (``init.systems``)."""
+    return systems.unit_path(init_system, service)
 
 
 def validate(params):
@@ -367,6 +367,9 @@ def render_upstart(params, daemon_path, kind):
 
 
 RENDERERS = {'systemd': render_systemd, 'sysvinit': render_sysvinit, 'upstart': render_upstart}
+# Whether the definition rendered for an init system removes the run directory when the daemon stops: the Upstart
+# job has no post-stop (see render_upstart), so the run directory outlives the daemon there.
+CLEANS_RUN_DIR = {'systemd': True, 'sysvinit': True, 'upstart': False}
 
 
 def render(init_system, params, daemon_path, kind):
@@ -450,8 +453,7 @@ def plan_absent(current, desired):
         if current['enabled']:
             actions.append('disable')
         actions += ['remove_unit', 'reload_init']
-    if current['init_system'] == 'upstart' and current['run_dir_exists']:
-        # The Upstart job has no post-stop (see render_upstart), so the run directory outlives the daemon there.
+    if current['run_dir_exists'] and not CLEANS_RUN_DIR.get(current['init_system'], True):
         actions.append('remove_run_dir')
     if current['binary_exists']:
         actions.append('remove_binary')
