@@ -160,3 +160,34 @@ def test_the_role_installs_holds_and_is_idempotent_then_removes(fleet):
         ok(host, "test ! -e %s && test ! -e %s && test -d /etc/apt/keyrings" % (KEY, SOURCE))
     rc, changed, found, out = playbook(fleet, "role", "-e", "container_toolkit_state=absent")
     assert rc == 0 and changed == dict.fromkeys(HOSTS, 0), out
+
+
+# ansible.builtin.deb822_repository, with the role's own source: issue 46 asked that the role use it unless a test
+# shows what it loses. This is that test (docs/container-toolkit.md, "Why copy and not deb822_repository").
+DEB822 = """
+- name: The same source through ansible.builtin.deb822_repository
+  hosts: gpu_nodes
+  become: true
+  gather_facts: false
+  tasks:
+    - name: The toolkit's source, signed by the collection's key file
+      ansible.builtin.deb822_repository:
+        name: gpufleet-nvidia-container-toolkit
+        types: deb
+        uris: "{{ lab_toolkit_repo_url }}"
+        suites: /
+        signed_by: /etc/apt/keyrings/gpufleet-nvidia-container-toolkit.asc
+"""
+
+
+def test_deb822_repository_needs_python3_debian_even_in_check_mode(fleet):
+    # A GPU node needs no python3-debian for the role (copy); the builtin needs it on the host for every run, check
+    # mode included, where it fails rather than install it.
+    for host in HOSTS:
+        assert "python3-debian" not in ok(host, "dpkg-query -W -f '${Package}\\n' 'python3-debian*' 2>/dev/null; true")
+    (fleet / "deb822.yml").write_text(DEB822)
+    rc, changed, found, out = playbook(fleet, "deb822", "--check")
+    assert rc != 0, out
+    for host in HOSTS:
+        assert re.search(r"fatal: \[%s\].*python3-debian must be installed to use check mode" % host, out), out
+        ok(host, "test ! -e /etc/apt/sources.list.d/gpufleet-nvidia-container-toolkit.sources")
