@@ -25,6 +25,7 @@ import subprocess
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.run import RunState
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import apply
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
@@ -99,10 +100,8 @@ def test_the_memo_never_answers_for_a_file_with_imports_in_another_case(sandbox,
     os.mkdir(os.path.join(os.path.dirname(path), 'conf.d'), 0o755)
 
     def node_state_dump():
-        monkeypatch.setattr(apply, 'DUMPS', {})  # a node_state run (remember_dumps): the memo read and written
-        monkeypatch.setattr(apply, 'STORE', True)
-        run = CountingRun()
-        values, error = facts.Tools(run, containerd=CONTAINERD).dump(path)
+        run = CountingRun()  # a node_state run (its RunState): the memo read and written
+        values, error = facts.Tools(run, containerd=CONTAINERD, state=RunState(dumps={}, store=True)).dump(path)
         return run.dumps, values, error
 
     asked, values, error = node_state_dump()

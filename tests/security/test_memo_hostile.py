@@ -23,7 +23,9 @@ import os
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.run import RunState
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import base
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
@@ -37,14 +39,11 @@ DUMPED = {'version': 2, 'root': '/var/lib/containerd', 'plugins': {}}
 
 @pytest.fixture
 def memo_dir(tmp_path, monkeypatch):
-    """A memo directory of this test's own (in a root-only parent, as /run), and containerd's per-run state reset
-    after it."""
+    """A memo directory of this test's own (in a root-only parent, as /run)."""
     parent = tmp_path / 'run'
     parent.mkdir(mode=0o755)
     path = str(parent / 'gpufleet-memo')
     monkeypatch.setenv(host_memo.MEMO_DIR_VARIABLE, path)
-    for name in ('DUMPS', 'STORE'):
-        monkeypatch.setattr(facts, name, getattr(facts, name))
     return path
 
 
@@ -88,8 +87,7 @@ class Containerd(object):
     def run(self):
         """One node_state run: containerd's version and the config file's dump; what containerd was asked."""
         before = len(self.asked)
-        facts.remember_dumps(store=True)
-        tools = facts.Tools(self.command, containerd=self.binary)
+        tools = facts.Tools(self.command, containerd=self.binary, state=RunState(dumps={}, store=True))
         assert tools.version() == (1, 7, 24)
         assert tools.dump(self.config) == (DUMPED, None)
         return [argv[-1] for argv in self.asked[before:]]
@@ -172,7 +170,8 @@ class Asking(base.Concern):
     def __init__(self, name, units):
         def run(module):
             for unit in units:
-                service.Service('systemd', unit, module.run_command, {'systemctl': 'systemctl'}).systemd_show()
+                service.Service('systemd', unit, module.run_command, {'systemctl': 'systemctl'},
+                                together=concerns_module.run_state(module).together).systemd_show()
             return {'changed': False}
         base.Concern.__init__(self, name, name + '_module', {}, run)
 
@@ -198,7 +197,6 @@ def evaluate(monkeypatch):
     host = SystemdHost()
     result = concerns_node_state.evaluate(host, {'persistenced': {}, 'docker': {}, 'engines': []})[0]
     assert result['converged'] and result['evaluated'] == ['persistenced', 'docker'], result
-    assert service.TOGETHER is None
     return host.systemctl.calls
 
 

@@ -31,6 +31,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.run import RunState
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
@@ -63,8 +64,7 @@ class Containerd(object):
 
     def run(self):
         """One node_state run's questions to containerd: ``(version, dump)``."""
-        facts.remember_dumps(store=True)
-        tools = facts.Tools(self.command, containerd=self.binary)
+        tools = facts.Tools(self.command, containerd=self.binary, state=RunState(dumps={}, store=True))
         return tools.version(), tools.dump(self.config)
 
 
@@ -76,7 +76,6 @@ def host(tmp_path_factory):
     memo = os.path.join(root, 'gpufleet-memo')
     saved = os.environ.get(host_memo.MEMO_DIR_VARIABLE)
     os.environ[host_memo.MEMO_DIR_VARIABLE] = memo
-    dumps, store = facts.DUMPS, facts.STORE
     containerd = Containerd(root)
     try:
         containerd.run()
@@ -86,7 +85,6 @@ def host(tmp_path_factory):
         assert set(good) == {'binary', 'identity', 'version', 'dumps'} and good['dumps'], good
         yield containerd, good, name
     finally:
-        facts.DUMPS, facts.STORE = dumps, store
         if saved is None:
             os.environ.pop(host_memo.MEMO_DIR_VARIABLE, None)
         else:
@@ -215,8 +213,7 @@ def test_memo_reader_and_its_users_never_raise(host):
         # node_state's unit list
         units = concerns_node_state.kept_units(host_memo.load(concerns_node_state.UNITS_MEMO))
         assert isinstance(units, list) and all(isinstance(unit, str) for unit in units)
-        together = service.show_together(units)
-        service.show_together(None)
+        together = service.Together(units)
         assert len(together.units) <= service.MAX_TOGETHER
         assert all(service.UNIT_NAME.match(unit) and not unit.startswith('-') for unit in together.units)
 

@@ -58,11 +58,6 @@ def private_memo_root(tmp_path_factory):
 def private_memo_dir(private_memo_root, monkeypatch):
     """``host.memo.MEMO_DIR`` (/run/gpufleet-memo) for this test: a directory of its own (not created: node_state
     creates it when it keeps an answer), for every module run in-process or as a child process."""
-
-    from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
     path = os.path.join(private_memo_root, str(next(_MEMOS)))
     monkeypatch.setenv('GPUFLEET_MEMO_DIR', path)
-    # node_state's evaluate() turns on containerd's per-process dumps and the memo: off again after each test
-    for name in ('DUMPS', 'STORE'):
-        monkeypatch.setattr(facts, name, getattr(facts, name))
     return path

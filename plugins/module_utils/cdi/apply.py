@@ -91,9 +91,10 @@ class CdiRun(object):
     ``refresh.BootRefresh``."""
 
     def __init__(self, request, run, run_ctk, init_system, tools, check_mode=False, diff=False, host='', root='/',
-                 label=None):
+                 label=None, together=None):
         self.request = request
         self.run = run
+        self.together = together
         self.run_ctk = run_ctk
         self.init = init_system
         self.tools = tools
@@ -244,7 +245,8 @@ class CdiRun(object):
         ctk_ready = found is not None or p.state == 'absent' and self.ctk_runs()
         mode_actions, mode_real, mode_current, mode_new = self.mode_plan(ctk_ready)
         # The boot refresh's pieces (``refresh``): none planned without ``boot``.
-        pieces = refresh.BootRefresh(p, self.run, self.init, self.tools, self.host_path, self.fail, label=self.label)
+        pieces = refresh.BootRefresh(p, self.run, self.init, self.tools, self.host_path, self.fail, label=self.label,
+                                     together=self.together)
         boot_actions = []
         if p.boot:
             boot_actions = pieces.plan()

@@ -28,9 +28,10 @@ class BootRefresh(object):
     ``plan`` fills ``files``, ``current``, ``actions`` and ``report`` (the result's ``boot``); until then
     there is nothing to do."""
 
-    def __init__(self, request, run, init_system, tools, host_path, fail, label=None):
+    def __init__(self, request, run, init_system, tools, host_path, fail, label=None, together=None):
         self.request = request
         self.run = run
+        self.together = together
         self.init = init_system
         self.tools = tools
         self.host_path = host_path
@@ -91,7 +92,8 @@ class BootRefresh(object):
         return actions
 
     def service_named(self, name):
-        return Service(self.init, name, self.run, self.tools, find_pid=lambda: None) if self.init else None
+        return Service(self.init, name, self.run, self.tools, find_pid=lambda: None,
+                       together=self.together) if self.init else None
 
     def diffs(self):
         """The planned pieces' diffs (none before ``plan``)."""

@@ -47,7 +47,7 @@ def engine_service(module, executable, find_pid, **kwargs):
     run_command = concerns_module.runner(module)
     init, tools, unused_detected = concerns_module.init_system(module, run_command)
     return Service(init, module.params['service_name'], run_command, tools, find_pid, executable=executable,
-                   **kwargs), run_command
+                   together=concerns_module.run_state(module).together, **kwargs), run_command
 
 
 def engine_binary(module, name, install):

@@ -35,7 +35,8 @@ def run(module):
                         'if this host runs systemd, SysV or Upstart' % (os.uname()[1], detected['reason']))
             init = None
     cdi = apply.CdiRun(request, run_command, concerns_module.runner(module, cdi_boot.ENVIRONMENT), init, tools, check_mode=module.check_mode, diff=module._diff,
-                       host=os.uname()[1], label=files.selinux_labeller(module))
+                       host=os.uname()[1], label=files.selinux_labeller(module),
+                       together=concerns_module.run_state(module).together)
     try:
         result = cdi.converge()
     except GpufleetError as exc:

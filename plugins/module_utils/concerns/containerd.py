@@ -31,8 +31,8 @@ def run(module):
     service, run_command = engine_service(
         module, containerd, lambda: facts.find_pid(params['path'], service.processes()),
         log_files=facts.log_files(params['service_name']))
-    programs = facts.Tools(run_command, containerd=containerd,
-                           ctr=module.get_bin_path('ctr') or 'ctr')
+    programs = facts.Tools(run_command, containerd=containerd, ctr=module.get_bin_path('ctr') or 'ctr',
+                           state=concerns_module.run_state(module))
     request = apply.Request.from_params(params)
     converge = apply.Converge(request, service, programs, backup=params['backup'] or None,
                               label=files.selinux_labeller(module))

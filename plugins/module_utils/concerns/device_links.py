@@ -37,7 +37,7 @@ def run(module, **kwargs):
     run_command = concerns_module.runner(module)
     runner = DevCharRunner(p, run_command, lambda chosen: concerns_module.init_system(module, run_command, chosen),
                            check_mode=module.check_mode, diff=module._diff, label=files.selinux_labeller(module),
-                           **kwargs)
+                           together=concerns_module.run_state(module).together, **kwargs)
     try:
         result = runner.converge()
     except RunFailed as exc:

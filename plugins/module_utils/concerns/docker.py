@@ -28,7 +28,8 @@ def build_dockerd(module, socket_path):
     run_command = concerns_module.runner(module)
     init, tools, unused_detected = concerns_module.init_system(module, run_command)
     return docker_dockerd.Dockerd(run_command, init, tools, service=module.params['service_name'],
-                                  socket_path=socket_path, executable=module.get_bin_path('dockerd')), run_command
+                                  socket_path=socket_path, executable=module.get_bin_path('dockerd'),
+                                  together=concerns_module.run_state(module).together), run_command
 
 
 def run(module):

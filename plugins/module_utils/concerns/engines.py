@@ -32,11 +32,12 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors impo
 # ENGINES, DAEMONS: engines.names (the one list), in the order the container_runtime role registers them.
 
 
-def detect(run, containerd_config=cd.DEFAULT_PATH, which=procs.which):
+def detect(run, containerd_config=cd.DEFAULT_PATH, which=procs.which, state=None):
     """``{'engines': {engine: facts}, 'auto': [engines]}`` for this host.
 
     ``facts``: ``installed``, ``binary`` (the daemon's path or None), ``auto``
-    (whether ``auto`` takes it) and ``reason`` (why, in words).
+    (whether ``auto`` takes it) and ``reason`` (why, in words). ``state``: the run's ``common.run.RunState``
+    (node_state's: containerd's dump asked once in its run).
     """
     engines = {}
     for engine in ENGINES:
@@ -44,7 +45,7 @@ def detect(run, containerd_config=cd.DEFAULT_PATH, which=procs.which):
         reason = ('%s is installed' % binary) if binary else 'not installed (no %s executable)' % DAEMONS[engine]
         facts = {'installed': binary is not None, 'binary': binary, 'auto': binary is not None, 'reason': reason}
         if binary and engine == 'containerd':
-            facts.update(containerd_cri(containerd_facts.Tools(run, containerd=binary), containerd_config))
+            facts.update(containerd_cri(containerd_facts.Tools(run, containerd=binary, state=state), containerd_config))
         engines[engine] = facts
     return {'engines': engines, 'auto': [engine for engine in ENGINES if engines[engine]['auto']]}
 

@@ -17,6 +17,7 @@ import os
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import detect
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError, RunFailed
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.run import RunState
 
 
 def runner(module, environ=None):
@@ -60,11 +61,19 @@ def config_run(module, path, converge):
     return result
 
 
+def run_state(module):
+    """The run's ``common.run.RunState``: node_state's, handed to each concern it evaluates on its stand-in module,
+    else a new one that keeps nothing (a concern module's own run)."""
+    state = getattr(module, 'run_state', None)
+    return state if isinstance(state, RunState) else RunState()
+
+
 class HostCalls(object):
     """What an operation that runs a whole module (``persistenced.deploy.Deployer``) asks of the AnsibleModule,
     handed to it so that it holds no AnsibleModule and imports nothing of this layer: ``run(argv)`` (``runner``),
     ``init_system(chosen)``, ``bin_path(name)`` (a missing tool ends the run, as ``get_bin_path(required=True)``
-    does), ``backup(path)``, ``label`` (``files.selinux_labeller``), ``check_mode`` and ``diff``."""
+    does), ``backup(path)``, ``label`` (``files.selinux_labeller``), ``check_mode``, ``diff`` and ``together`` (the run's
+    ``init.service.Together``, or None)."""
 
     def __init__(self, module):
         self._module = module
@@ -72,6 +81,7 @@ class HostCalls(object):
         self.check_mode = module.check_mode
         self.diff = module._diff
         self.label = files.selinux_labeller(module)
+        self.together = run_state(module).together
 
     def init_system(self, chosen='auto'):
         return init_system(self._module, self.run, chosen)

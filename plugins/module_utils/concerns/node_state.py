@@ -22,7 +22,7 @@ import traceback
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.run import RunState
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import engines as concerns_engines
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
@@ -66,8 +66,9 @@ class ConcernModule(object):
     docker unit four times, three of them the same question).
     """
 
-    def __init__(self, module, concern, params, diff=False, answers=None):
+    def __init__(self, module, concern, params, diff=False, answers=None, run_state=None):
         self._module = module
+        self.run_state = run_state
         self._answers = {} if answers is None else answers
         self.concern = concern
         self.check_mode = True
@@ -119,11 +120,12 @@ class ConcernModule(object):
         raise AssertionError('%s set a file context in check mode' % self.concern.module)
 
 
-def check(module, concern, params, diff=False, answers=None):
+def check(module, concern, params, diff=False, answers=None, state=None):
     """``{'converged', 'result', 'failed', 'warnings'}``: the concern module's check-mode run with ``params``
-    (``answers``: the commands already run in this node_state run, and their answers)."""
+    (``answers``: the commands already run in this node_state run, and their answers; ``state``: the run's
+    ``common.run.RunState``, handed to the concern on its stand-in module)."""
     try:
-        stand_in = ConcernModule(module, concern, params, diff=diff, answers=answers)
+        stand_in = ConcernModule(module, concern, params, diff=diff, answers=answers, run_state=state)
     except ConcernExit as exc:
         return {'converged': False, 'failed': True, 'result': exc.result, 'warnings': []}
     try:
@@ -140,10 +142,10 @@ def check(module, concern, params, diff=False, answers=None):
             'warnings': stand_in.warnings}
 
 
-def engine_list(wanted, run, containerd_config):
+def engine_list(wanted, run, containerd_config, state=None):
     """``(engines, found)``: the engines of ``wanted`` (``auto`` = those installed, as container_engines_info says),
     in the order they are registered; ``found`` is container_engines_info's report, or None without ``auto``."""
-    found = concerns_engines.detect(run, containerd_config=containerd_config) if 'auto' in wanted else None
+    found = concerns_engines.detect(run, containerd_config=containerd_config, state=state) if 'auto' in wanted else None
     chosen = set(wanted) | set(found['auto'] if found else ())
     return [engine for engine in registry.ENGINES if engine in chosen], found
 
@@ -186,19 +188,15 @@ def evaluate(module, options, diff=False):
     # one dump per containerd config file; containerd's answers of earlier runs used where their inputs are the same,
     # new ones kept for later runs (host_memo: node_state's only write, root's alone), except in a check-mode play
     store = not getattr(module, 'check_mode', False)
-    facts.remember_dumps(store=store)
     # the units the last run asked systemd about: asked together, in one `systemctl show`, when the first is asked
-    together = service.show_together(kept_units(host_memo.load(UNITS_MEMO)))
-    try:
-        result = _evaluate(module, options, run, diff)
-    finally:
-        service.show_together(None)
+    together = service.Together(kept_units(host_memo.load(UNITS_MEMO)))
+    result = _evaluate(module, options, run, diff, RunState(dumps={}, store=store, together=together))
     if store and together.asked and together.asked != together.units:
         host_memo.store(UNITS_MEMO, {'units': together.asked})
     return result
 
 
-def _evaluate(module, options, run, diff):
+def _evaluate(module, options, run, diff, state):
     requested = [name for name in registry.ORDER if options.get(name) is not None]
     engines, found = [], None
     started = time.time()
@@ -206,7 +204,7 @@ def _evaluate(module, options, run, diff):
         if options['engines']:
             containerd_config = (options.get('containerd') or {}).get('path') or registry.CONTAINERD.spec['path'][
                 'default']
-            engines, found = engine_list(options['engines'], run, containerd_config)
+            engines, found = engine_list(options['engines'], run, containerd_config, state)
         else:
             engines = [name for name in requested if name in registry.ENGINES]
         requested = [name for name in requested if name not in registry.ENGINES or name in engines]
@@ -217,7 +215,7 @@ def _evaluate(module, options, run, diff):
         if name == 'persistenced' and options.get('bundled_source'):
             params.setdefault('bundled_source', options['bundled_source'])
         started = time.time()
-        verdict = check(module, registry.CONCERNS[name], params, diff=diff, answers=answers)
+        verdict = check(module, registry.CONCERNS[name], params, diff=diff, answers=answers, state=state)
         verdict['seconds'] = round(time.time() - started, 3)
         verdict['changes'] = describe(name, verdict)
         concerns[name] = verdict

@@ -23,23 +23,8 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.run import RunState
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
-
-
-# (containerd, path, the file's bytes) -> dump answer (Tools.dump), once remember_dumps() was called in this
-# process: only node_state, which writes nothing, so no file (an imported one included) changes under it. There,
-# containerd's answers of earlier runs whose inputs are unchanged are used too (host_memo, KeptAnswers), and new ones
-# kept (STORE) unless the play is in check mode.
-DUMPS = None
-STORE = False
-
-
-def remember_dumps(store=True):
-    """Ask containerd for each file's dump once in this (read-only) process, use the answers of earlier runs whose
-    inputs are unchanged (``KeptAnswers``), and (``store``) keep new ones for later runs."""
-    global DUMPS, STORE
-    DUMPS = {}
-    STORE = store
 
 
 def _file_bytes(path):
@@ -92,8 +77,9 @@ class KeptAnswers(object):
     file bytes, in the same boot, of a file that imports nothing (a file with ``imports`` is dumped every time).
     An answer is kept only when the executable and the file were the same before and after it was asked."""
 
-    def __init__(self, binary):
+    def __init__(self, binary, store=False):
         self.binary = binary
+        self.store = store  # keep new answers (node_state, out of a check-mode play)
         self.name = 'containerd-%s.json' % hashlib.sha256(binary.encode('utf-8', 'surrogateescape')).hexdigest()[:24]
         self.identity = host_memo.identity(binary)
         kept = host_memo.load(self.name) if self.identity is not None else None
@@ -134,15 +120,19 @@ class KeptAnswers(object):
         self._store()
 
     def _store(self):
-        if STORE and self.identity is not None and host_memo.identity(self.binary) == self.identity:
+        if self.store and self.identity is not None and host_memo.identity(self.binary) == self.identity:
             host_memo.store(self.name, self.kept)
 
 
 class Tools(object):
-    """The installed containerd and ctr, through ``run(argv) -> (rc, out, err)``."""
+    """The installed containerd and ctr, through ``run(argv) -> (rc, out, err)``. ``state``: the run's
+    ``common.run.RunState``; with its ``dumps`` (node_state, which writes nothing, so no file, an imported one
+    included, changes under it) each file's dump is asked once per run, and containerd's answers of earlier runs whose
+    inputs are unchanged are used (``KeptAnswers``), new ones kept where ``state.store``."""
 
-    def __init__(self, run, containerd='containerd', ctr='ctr'):
+    def __init__(self, run, containerd='containerd', ctr='ctr', state=None):
         self.run = run
+        self.state = state if state is not None else RunState()
         self.containerd = containerd
         self.ctr = ctr
         self._kept = None
@@ -150,10 +140,10 @@ class Tools(object):
     def kept(self):
         """The answers kept from earlier runs (``KeptAnswers``), in node_state for an absolute containerd; else
         None."""
-        if DUMPS is None or not os.path.isabs(self.containerd):
+        if self.state.dumps is None or not os.path.isabs(self.containerd):
             return None
         if self._kept is None:
-            self._kept = KeptAnswers(self.containerd)
+            self._kept = KeptAnswers(self.containerd, store=self.state.store)
         return self._kept
 
     def version(self):
@@ -173,16 +163,17 @@ class Tools(object):
     def dump(self, path):
         """``(values, None)`` of ``containerd --config PATH config dump``, or ``(None, containerd's error)``.
 
-        In node_state (``remember_dumps``), asked once per containerd, path and file text: the engines' CRI check
+        In node_state (``state.dumps``), asked once per containerd, path and file text: the engines' CRI check
         for ``auto`` and the containerd concern read the same dump, a containerd start (about 50 ms) each; and
         kept across runs where its inputs are unchanged (``KeptAnswers``).
         """
         argv = [self.containerd, 'config', 'default'] if path is None else \
             [self.containerd, '--config', path, 'config', 'dump']
-        data = _file_bytes(path) if DUMPS is not None else None
+        dumps = self.state.dumps
+        data = _file_bytes(path) if dumps is not None else None
         key = (self.containerd, path, data)
-        if key[2] is not None and key in DUMPS:
-            return copy.deepcopy(DUMPS[key])
+        if key[2] is not None and key in dumps:
+            return copy.deepcopy(dumps[key])
         kept = self.kept()
         inputs = kept.dump_inputs(path, data) if kept else None
         answer = None
@@ -200,7 +191,7 @@ class Tools(object):
             if inputs and _file_bytes(path) == data:
                 kept.keep_dump(path, inputs, out)
         if key[2] is not None:
-            DUMPS[key] = copy.deepcopy(answer)
+            dumps[key] = copy.deepcopy(answer)
         return answer
 
     def dump_text(self, text):

@@ -141,8 +141,9 @@ class Runner(object):
     """
 
     def __init__(self, params, run, init_system, check_mode=False, diff=False, label=None, root='/', lstat=os.lstat,
-                 api=None, clock=time.time):
+                 api=None, clock=time.time, together=None):
         self._run = run
+        self.together = together
         self.init_system = init_system
         self.check_mode = check_mode
         self.diff = diff
@@ -177,7 +178,8 @@ class Runner(object):
                                  'init_system if this host runs systemd, SysV or Upstart'
                                  % (self.host, detected['reason'], SCRIPT_PATH))
             init = None
-        self.service = Service(init, SERVICE, self.run, tools, find_pid=lambda: None) if init else None
+        self.service = Service(init, SERVICE, self.run, tools, find_pid=lambda: None,
+                               together=self.together) if init else None
         self.result['init_system'] = init
         self.files = boot_files(init)
         self.result['boot_files'] = [self.files[kind][0] for kind in BOOT_KINDS if kind in self.files]

@@ -148,7 +148,7 @@ class Dockerd(Service):
     """
 
     def __init__(self, run_command, init_system, tools, service='docker', pidfiles=DEFAULT_PIDFILES,
-                 socket_path=None, upstart_job_dir='/etc/init', executable=None):
+                 socket_path=None, upstart_job_dir='/etc/init', executable=None, together=None):
         fallback = systems.get(init_system).without_definition
         if fallback and not os.path.exists(os.path.join(upstart_job_dir, service + '.conf')):
             # No Upstart job: Upstart runs the SysV script through its rc job, so manage it as SysV does
@@ -159,7 +159,7 @@ class Dockerd(Service):
         Service.__init__(self, init_system, service, run_command, tools,
                          find_pid=lambda: find_dockerd_pid(self.processes(), self.socket_path),
                          log_files=log_files(service),
-                         executable=executable, pid_files=self.pidfiles)
+                         executable=executable, pid_files=self.pidfiles, together=together)
 
     def flags(self):
         words = []

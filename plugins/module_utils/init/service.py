@@ -46,15 +46,14 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors impo
 # once per unit (each systemctl costs about 10 ms of CPU on the host).
 SYSTEMD_PROPERTIES = ('LoadState', 'ActiveState', 'UnitFileState', 'MainPID', 'ExecStart')
 
-# node_state: the units an earlier run asked systemd about, shown together in one ``systemctl show`` when the first
-# of them is asked (``show_together``); None elsewhere, where each Service asks for its own unit.
-TOGETHER = None
 UNIT_NAME = re.compile(r'\A[A-Za-z0-9:_.@\\-]{1,255}\Z')
 MAX_TOGETHER = 16
 
 
 class Together(object):
-    """One ``systemctl show`` for several units, asked once; each block of its answer is what ``systemctl show`` of
+    """node_state's run: the units an earlier run asked systemd about (``units``), shown together in one
+    ``systemctl show`` when the first of them is asked (a Service given it as ``together``). One ``systemctl show`` for
+    several units, asked once; each block of its answer is what ``systemctl show`` of
     that unit alone prints (blocks come in the order the units were named, a blank line between two)."""
 
     def __init__(self, units):
@@ -78,13 +77,6 @@ class Together(object):
         return self.shown.get(service.name)
 
 
-def show_together(units):
-    """Turn on (``units``, a list) or off (None) asking systemd about these units together (node_state's run)."""
-    global TOGETHER
-    TOGETHER = Together(units) if units is not None else None
-    return TOGETHER
-
-
 def found_by(service, pid, warnings):
     """How ``service``'s process ``pid`` was identified (``Service.evidence``), for a module's result, else None;
     a process the init system named but that was refused becomes a warning."""
@@ -95,11 +87,13 @@ def found_by(service, pid, warnings):
 
 class Service(object):
     """The init system's commands for one service: ``init_system`` is init.detect's name of it, ``self.init`` its
-    class (``init.systems``), which decides; this object runs."""
+    class (``init.systems``), which decides; this object runs. ``together``: the run's ``Together`` (node_state),
+    or None."""
 
     def __init__(self, init_system, name, run, tools, find_pid=None, log_files=(), log_filter=None,
-                 script_dir='/etc/init.d', rc_root='/etc', executable=None, pid_files=None):
+                 script_dir='/etc/init.d', rc_root='/etc', executable=None, pid_files=None, together=None):
         self.init_system = init_system
+        self.together = together
         self.init = systems.get(init_system)
         self.name = name
         self.run = run
@@ -164,7 +158,7 @@ class Service(object):
         argv = [self.tool('systemctl'), 'show']
         for name in SYSTEMD_PROPERTIES:
             argv.extend(('-p', name))
-        out = TOGETHER.show(self, argv) if TOGETHER is not None else None
+        out = self.together.show(self, argv) if self.together is not None else None
         if out is not None:
             rc = 0
         else:

@@ -32,10 +32,10 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import system
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 
 
-def persistence_service(init_system, name, run, tools):
+def persistence_service(init_system, name, run, tools, together=None):
     """The daemon's service: its main process is the persistence daemon its pid file names."""
     return Service(init_system, name, run, tools, find_pid=lambda: pd.pid_alive(pd.PID_FILE),
-                   log_files=pd.SYSLOG_FILES, log_filter=pd.LOG_FILTER)
+                   log_files=pd.SYSLOG_FILES, log_filter=pd.LOG_FILTER, together=together)
 
 
 class Deployer(object):
@@ -86,11 +86,12 @@ class Deployer(object):
     def detect(self):
         p = self.params
         init, tools, detected = self.calls.init_system(p['init_system'])
-        if init == 'unknown':
+        if init not in systems.SYSTEMS:
             self.fail('no init system recognised (%s); set init_system to systemd, sysvinit or upstart if this host '
                       'really runs one' % detected['reason'])
         self.init = init
-        self.service = persistence_service(init, p['service_name'], self.run, tools)
+        self.service = persistence_service(init, p['service_name'], self.run, tools,
+                                           getattr(self.calls, 'together', None))
         self.unit_path = pd.unit_path(init, p['service_name'])
         self.unit_mode = systems.unit_mode(init)
         self.result.update(init_system=init, unit_path=self.unit_path, user=p['user'], group=p['group'])

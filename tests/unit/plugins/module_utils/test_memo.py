@@ -6,7 +6,7 @@
 A later run is answered from the memo only where the executable, the file's bytes and the boot are the same; a
 file with ``imports`` is dumped every time; a check-mode play writes nothing; a memo directory or file that is not
 root's alone, a link, or not JSON makes the memo answer nothing. Each test is one or more node_state runs: a run
-is ``remember_dumps`` and a new ``Tools``, as in a new process. The fixture ``private_memo_dir`` (conftest) gives
+is a new ``RunState`` and a new ``Tools``, as in a new process. The fixture ``private_memo_dir`` (conftest) gives
 each test a memo directory of its own. The memo is root's alone: these tests run as root, as the suite does.
 """
 
@@ -20,6 +20,7 @@ import pwd
 
 import pytest
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.run import RunState
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
 
@@ -51,8 +52,7 @@ class Host(object):
     def run(self, store=True):
         """One node_state run: the version and the config file's dump; returns what containerd was asked."""
         before = len(self.asked)
-        facts.remember_dumps(store=store)
-        tools = facts.Tools(self.command, containerd=self.binary)
+        tools = facts.Tools(self.command, containerd=self.binary, state=RunState(dumps={}, store=store))
         assert tools.version() == (1, 7, 24)
         assert tools.dump(str(self.config)) == ({'version': 2, 'root': '/var/lib/containerd', 'plugins': {}}, None)
         return [' '.join(argv) for argv in self.asked[before:]]
@@ -229,8 +229,7 @@ def test_a_kept_dump_that_is_not_toml_is_asked_again(tmp_path, private_memo_dir)
 def test_a_module_that_writes_never_uses_the_memo(tmp_path, private_memo_dir):
     host = Host(tmp_path)
     host.run()
-    facts.DUMPS, facts.STORE = None, False
-    tools = facts.Tools(host.command, containerd=host.binary)
+    tools = facts.Tools(host.command, containerd=host.binary)  # a module's run: a RunState that keeps nothing
     before = len(host.asked)
     tools.version()
     tools.dump(str(host.config))

@@ -15,6 +15,7 @@ __metaclass__ = type
 import os
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import base
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import registry
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
@@ -56,8 +57,8 @@ class Systemctl(object):
         return 0, ('' if self.merge_blocks else '\n').join(blocks), ''
 
 
-def service(name, run):
-    return init_service.Service('systemd', name, run, {'systemctl': 'systemctl'})
+def service(name, run, together=None):
+    return init_service.Service('systemd', name, run, {'systemctl': 'systemctl'}, together=together)
 
 
 def alone(name):
@@ -66,12 +67,9 @@ def alone(name):
 
 def test_the_units_an_earlier_run_asked_about_are_shown_in_one_call():
     systemctl = Systemctl()
-    together = init_service.show_together(['docker', 'containerd', 'nvidia-persistenced'])
-    try:
-        names = ('containerd', 'docker', 'nvidia-persistenced')
-        shown = dict((name, service(name, systemctl).systemd_show()) for name in names)
-    finally:
-        init_service.show_together(None)
+    together = init_service.Together(['docker', 'containerd', 'nvidia-persistenced'])
+    names = ('containerd', 'docker', 'nvidia-persistenced')
+    shown = dict((name, service(name, systemctl, together).systemd_show()) for name in names)
     assert systemctl.calls == [['docker', 'containerd', 'nvidia-persistenced']]
     assert shown == dict((name, alone(name)) for name in shown)
     assert shown['docker']['MainPID'] == '812' and shown['nvidia-persistenced']['ActiveState'] == 'inactive'
@@ -80,30 +78,23 @@ def test_the_units_an_earlier_run_asked_about_are_shown_in_one_call():
 
 def test_a_unit_the_list_lacks_is_asked_alone_and_remembered():
     systemctl = Systemctl()
-    together = init_service.show_together(['docker'])
-    try:
-        assert service('containerd', systemctl).systemd_show() == alone('containerd')
-        assert service('docker', systemctl).systemd_show() == alone('docker')
-    finally:
-        init_service.show_together(None)
+    together = init_service.Together(['docker'])
+    assert service('containerd', systemctl, together).systemd_show() == alone('containerd')
+    assert service('docker', systemctl, together).systemd_show() == alone('docker')
     assert systemctl.calls == [['containerd'], ['docker']]
     assert together.asked == ['containerd', 'docker']
 
 
 def test_an_answer_that_is_not_a_block_per_unit_or_a_failed_call_falls_back_to_one_call_each():
     for systemctl in (Systemctl(merge_blocks=True), Systemctl(rc=1)):
-        init_service.show_together(['docker', 'containerd'])
-        try:
-            assert service('docker', systemctl).systemd_show() == alone('docker')
-            assert service('containerd', systemctl).systemd_show() == alone('containerd')
-        finally:
-            init_service.show_together(None)
+        together = init_service.Together(['docker', 'containerd'])
+        assert service('docker', systemctl, together).systemd_show() == alone('docker')
+        assert service('containerd', systemctl, together).systemd_show() == alone('containerd')
         assert systemctl.calls == [['docker', 'containerd'], ['docker'], ['containerd']]
 
 
 def test_names_that_are_not_unit_names_are_never_passed_to_systemctl():
-    together = init_service.show_together(['docker', '--all', 'a b', '../etc', 'x' * 300, 'docker\n', 'containerd'])
-    init_service.show_together(None)
+    together = init_service.Together(['docker', '--all', 'a b', '../etc', 'x' * 300, 'docker\n', 'containerd'])
     assert together.units == ['docker', 'containerd']
 
 
@@ -113,7 +104,7 @@ class Asking(base.Concern):
     def __init__(self, name, units):
         def run(module):
             for unit in units:
-                service(unit, module.run_command).systemd_show()
+                service(unit, module.run_command, concerns_module.run_state(module).together).systemd_show()
             return {'changed': False}
         base.Concern.__init__(self, name, name + '_module', {}, run)
 
@@ -144,7 +135,8 @@ def test_node_state_asks_systemd_once_from_its_second_run_on(monkeypatch, privat
     assert evaluate(monkeypatch, SystemdHost()) == [['nvidia-persistenced', 'containerd', 'docker']]
     assert evaluate(monkeypatch, SystemdHost()) == [['nvidia-persistenced', 'containerd', 'docker']]
     assert memo.load(concerns_node_state.UNITS_MEMO) == {'units': ['nvidia-persistenced', 'containerd', 'docker']}
-    assert init_service.TOGETHER is None  # off after the run
+    # nothing of the run outlives it: the batch was the run's own (common.run.RunState), no module-level state
+    assert [name for name in vars(init_service) if name.isupper() and name.startswith('TOGETHER')] == []
 
 
 def test_a_check_mode_play_writes_no_unit_list(monkeypatch, private_memo_dir):

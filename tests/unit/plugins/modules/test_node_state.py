@@ -184,7 +184,7 @@ def test_engines_choose_which_registrations_are_evaluated(monkeypatch):
     found = {'engines': {'containerd': {'auto': True}, 'crio': {'auto': False}, 'docker': {'auto': True}},
              'auto': ['containerd', 'docker']}
     asked = []
-    monkeypatch.setattr(concerns_node_state.concerns_engines, 'detect', lambda run, containerd_config: asked.append(
+    monkeypatch.setattr(concerns_node_state.concerns_engines, 'detect', lambda run, containerd_config, state=None: asked.append(
         containerd_config) or found)
     result = concerns_node_state.evaluate(HostModule(), dict(options, engines=['auto']))[0]
     assert result['evaluated'] == ['containerd', 'docker'] and result['run'] == ['containerd']
@@ -216,6 +216,7 @@ def test_the_module_reports_and_never_changes(monkeypatch, tmp_path, fake_docker
 
 
 def test_containerd_is_asked_once_per_file_in_node_state_only(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.run import RunState
     from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
     config = tmp_path / 'config.toml'
     config.write_text('version = 2\n')
@@ -228,7 +229,7 @@ def test_containerd_is_asked_once_per_file_in_node_state_only(tmp_path, monkeypa
     tools.dump(str(config))
     tools.dump(str(config))
     assert len(calls) == 2  # a module that writes asks every time
-    facts.remember_dumps()
+    tools = facts.Tools(run, containerd='/usr/bin/containerd', state=RunState(dumps={}))  # node_state's run
     first = tools.dump(str(config))
     first[0]['version'] = 99  # a caller's change does not reach the next answer
     assert tools.dump(str(config)) == ({'version': 2, 'plugins': {}}, None)

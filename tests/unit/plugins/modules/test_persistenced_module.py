@@ -151,7 +151,7 @@ class FakeService(object):
 def fake_service(tmp_path, monkeypatch):
     """persistenced with its service, service definition and /proc replaced (the unit: tmp_path/unit)."""
     service = FakeService()
-    monkeypatch.setattr(deploy, 'persistence_service', lambda init, name, run, tools: service)
+    monkeypatch.setattr(deploy, 'persistence_service', lambda init, name, run, tools, together=None: service)
     monkeypatch.setattr(deploy.pd, 'unit_path', lambda init, name: str(tmp_path / 'unit'))
     monkeypatch.setattr(deploy.procs, 'open_file_holders', lambda prefixes: [])
     return service
