@@ -181,6 +181,27 @@ def test_device_links_makes_the_links_nvidia_ctk_makes(gpu_host):
     assert os.readlink(gpu_host.tree.path("/dev/char/195:0")) == "/dev/nvidia0"
 
 
+def test_an_entry_in_the_way_nvidia_ctk_warns_and_exits_0_device_links_reports_it(gpu_host):
+    """Side by side (docs/device-links.md): with /dev/char/195:1 already a link to a disk, NVIDIA's command leaves it,
+    writes a warning and exits 0, so nothing tells the caller that GPU 1 has no link; device_links leaves it too and
+    says so in its result (conflicts), so node_state calls the node drifted. Neither replaces the entry."""
+    char = gpu_host.tree.path("/dev/char")
+    shutil.rmtree(char)
+    os.mkdir(char)
+    os.symlink("../sda", os.path.join(char, "195:1"))
+    proc = nsrun(gpu_host, ["nvidia-ctk", "system", "create-dev-char-symlinks"])
+    assert proc.returncode == 0 and "Could not create symlink" in proc.stderr + proc.stdout, proc.stderr
+    assert os.readlink(os.path.join(char, "195:1")) == "../sda"
+    assert os.readlink(os.path.join(char, "195:0")) == "/dev/nvidia0"
+    shutil.rmtree(char)
+    os.mkdir(char)
+    os.symlink("../sda", os.path.join(char, "195:1"))
+    rc, result = run_module(gpu_host, "device_links", boot=False, report_containers=False)
+    assert rc == 0 and os.readlink(os.path.join(char, "195:1")) == "../sda"
+    assert [c["link"] for c in result["conflicts"]] == ["/dev/char/195:1"], result
+    assert "not a link to ../nvidia1" in result["conflicts"][0]["problem"]
+
+
 @pytest.mark.parametrize("table", ["nvidia-container-runtime", "NVIDIA-CONTAINER-RUNTIME", "Nvidia-Container-Runtime"])
 def test_every_spelling_of_the_mode_the_runtime_reads_is_refused_by_runtime_mode_but_its_own(tmp_path, table):
     """NVIDIA's runtime (go-toml v1) reads its config keys in more than one spelling; runtime_mode's reader refuses
