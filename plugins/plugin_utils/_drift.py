@@ -12,15 +12,25 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._results import ENGINES
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_table import DECLARED
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
     TEXT, Malformed, describe, expect, printable, toolkit_cell)
 
-COLUMNS = ('host', 'status', 'init', 'daemon', 'gpus_off', 'engines_off')
-# Columns shown only when a host evaluated the concern (gpu_node_container_toolkit and gpu_node_cdi are off by
-# default).
-TOOLKIT = 'toolkit'
-CDI = 'cdi'
-OPTIONAL = (TOOLKIT, CDI)
+
+def _declared_columns(optional):
+    found = []
+    for concern in DECLARED:
+        if concern.get('drift') and bool(concern.get('drift_optional')) is optional and concern['drift'] not in found:
+            found.append(concern['drift'])
+    return tuple(found)
+
+
+# The columns every report has: the host, its status, its init system, then each concern's declared column (its
+# DECLARATION's ``drift``), in the concerns' order.
+COLUMNS = ('host', 'status', 'init') + _declared_columns(False)
+# Columns shown only when a host evaluated the concern (``drift_optional``: gpu_node_container_toolkit and gpu_node_cdi
+# are off by default).
+OPTIONAL = _declared_columns(True)
 
 
 def _empty_row(host):

@@ -16,13 +16,14 @@ __metaclass__ = type
 from collections.abc import Mapping
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines.names import ENGINES
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_table import DECLARED
 
 # ENGINES: the container engines, in the order the container_runtime role registers with them (module_utils'
-# engines.names: the one list, on the hosts and here).
-# gpu_node's concerns, in the order it runs them.
-CONCERNS = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi') + ENGINES
+# engines.names: the one list, on the hosts and here; the engines' declarations say the same, a unit test holds it).
+# gpu_node's concerns, in the order it runs them (their declarations').
+CONCERNS = tuple(concern['name'] for concern in DECLARED)
 # The inner roles' results gpu_node publishes, with the device_links module's, by key of gpu_node_result.
-NODE_KEYS = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi')
+NODE_KEYS = tuple(concern['name'] for concern in DECLARED if not concern.get('engine'))
 
 
 def ran(result):

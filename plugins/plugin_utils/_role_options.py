@@ -9,17 +9,15 @@ Both the concern modules' actions (each role calls its module with ``role_vars: 
 ``node_state``'s (``roles/gpu_node/tasks/evaluate.yml``) build the options here, on the controller, from the roles'
 variables, so node_state judges exactly what the role applies.
 
-The table is derived, not written per option: every option of a concern module's argument spec is the role variable
-``PREFIX[concern]`` + its name, except the options ``MODULE_ONLY`` keeps from the roles and the names ``NAMES``
-gives, and passed unless it is null (``SET``: the module's own default then applies) except where ``WHEN`` says:
+The table is each concern's declaration (``DECLARATION`` in plugins/module_utils/concerns/<name>.py: which role
+variable gives which module option, written out, so that ``git grep`` of a variable finds it), read from
+``_role_table`` (scripts/sync-roles writes it from the declarations, with each module's option names, so that the
+controller never imports the modules' code). An option is passed unless its variable is null (``SET``: the module's
+own default then applies), except where its row says:
 
 - ``TRUTHY``: left out when the variable is empty, false or null;
 - ``(WITHOUT, other)``: left out when the variable ``other`` is set (not empty): ``gpu_persistence_modes``
   replaces ``gpu_persistence_gpus`` and ``gpu_persistence_mode``.
-
-The modules' option names come from ``_role_table`` (written by ``scripts/sync-roles``, which also gives each role
-an argument spec entry and a default for a variable it lacks), so that adding an option to a module touches its
-documentation, its argument spec and the code that uses it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -32,68 +30,19 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.yaml import yaml_load
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._results import CONCERNS, ENGINES
-from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_table import MODULE_OPTIONS
+from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_table import DECLARED
 
 SET, TRUTHY, WITHOUT = 'set', 'truthy', 'without'
 
-# The derivation's rules (the module's docstring): an option added to a concern's module reaches its role with no
-# line here.
-PREFIX = {'device_links': 'gpu_node_device_links_', 'persistenced': 'persistenced_',
-          'gpu_persistence': 'gpu_persistence_', 'container_toolkit': 'container_toolkit_', 'cdi': 'gpu_node_cdi_'}
-# Every engine reads container_runtime_<option>: an option two engines share has one role variable.
-PREFIX.update((engine, 'container_runtime_') for engine in ENGINES)
-
-# Options the roles do not expose: test hooks, values the action or gpu_node gives, knobs left to the module.
-MODULE_ONLY = {
-    'device_links': ('dev_root', 'docker_host', 'init_system', 'report_containers', 'state'),
-    'persistenced': ('bundled_source',),
-    'gpu_persistence': ('service_user', 'socket_path', 'timeout'),
-    'cdi': ('boot_unit', 'init_system', 'nvidia_ctk', 'runtime_config'),
-}
-
-# Role variables not named PREFIX + option (names older than the rule, kept for the users who set them).
-NAMES = {
-    ('containerd', 'path'): 'container_runtime_containerd_config',
-    ('containerd', 'take_over'): 'container_runtime_containerd_take_over',
-    ('containerd', 'service_name'): 'container_runtime_containerd_service_name',
-    ('crio', 'path'): 'container_runtime_crio_dropin',
-    ('crio', 'config_path'): 'container_runtime_crio_config',
-    ('crio', 'config_dir'): 'container_runtime_crio_config_dir',
-    ('crio', 'service_name'): 'container_runtime_crio_service_name',
-    ('docker', 'path'): 'container_runtime_daemon_json',
-    ('docker', 'runtime_args'): 'container_runtime_args',
-}
-NAMES.update(((engine, option), variable) for engine in ENGINES for option, variable in (
-    ('runtime_path', 'container_runtime_path'), ('default_runtime', 'container_runtime_default'),
-    ('apply_timeout', 'container_runtime_timeout')))
-
-# Options not passed whenever they are not null (the module's docstring says what each kind does).
-WHEN = {
-    ('persistenced', 'group'): TRUTHY,
-    ('persistenced', 'nvidia_cfg_path'): TRUTHY,
-    ('gpu_persistence', 'gpus'): (WITHOUT, 'gpu_persistence_modes'),
-    ('gpu_persistence', 'mode'): (WITHOUT, 'gpu_persistence_modes'),
-    ('gpu_persistence', 'modes'): TRUTHY,
-}
-
-
-def rows(concern, module_options):
-    """The table's rows for ``concern`` whose module has the options ``module_options``: ``(option, role variable,
-    when)`` for each option the role gives."""
-    skipped = MODULE_ONLY.get(concern, ())
-    return tuple((option, NAMES.get((concern, option), PREFIX[concern] + option), WHEN.get((concern, option), SET))
-                 for option in module_options if option not in skipped)
-
-
+CONCERNS = tuple(concern['name'] for concern in DECLARED)
 # Each concern: its module's options the roles give, as (option, role variable, when).
-OPTIONS = dict((concern, rows(concern, MODULE_OPTIONS[concern])) for concern in CONCERNS)
-
+OPTIONS = dict((concern['name'], tuple((row[1], row[0], row[2] if len(row) > 2 else SET)
+                                       for row in concern['variables'])) for concern in DECLARED)
 # gpu_node's switch for each concern (a boolean role variable); every engine has the container runtime's.
-SWITCHES = {'device_links': 'gpu_node_device_links', 'persistenced': 'gpu_node_persistenced',
-            'gpu_persistence': 'gpu_node_gpu_persistence', 'container_toolkit': 'gpu_node_container_toolkit',
-            'cdi': 'gpu_node_cdi'}
-SWITCHES.update((engine, 'gpu_node_container_runtime') for engine in ENGINES)
+SWITCHES = dict((concern['name'], concern['switch']) for concern in DECLARED)
+# (variable, value): the concern is also off while the variable has that value (the GPUs' modes while the daemon is
+# stopped for maintenance: persistenced_state: stopped leaves the GPUs alone).
+OFF_WHEN = dict((concern['name'], tuple(concern['off_when'])) for concern in DECLARED if concern.get('off_when'))
 
 
 # What ``resolve`` gives for a variable set to ``omit``: the option is left out, as a task's template would.
@@ -155,13 +104,14 @@ def concern_options(concern, resolve):
 
 
 def switched_on(concern, resolve):
-    """Whether gpu_node evaluates ``concern``: its switch, and for the GPUs' modes a daemon not stopped for
-    maintenance (``persistenced_state: stopped`` leaves the GPUs alone)."""
+    """Whether gpu_node evaluates ``concern``: its switch, and not its ``OFF_WHEN`` (a daemon stopped for maintenance
+    leaves the GPUs' modes alone)."""
     if not boolean(resolve(SWITCHES[concern]), strict=False):
         return False
-    if concern == 'gpu_persistence':
+    if concern in OFF_WHEN:
+        variable, value = OFF_WHEN[concern]
         try:
-            return resolve('persistenced_state') != 'stopped'
+            return resolve(variable) != value
         except MissingVariable:
             return True
     return True
@@ -180,7 +130,8 @@ def node_state_args(resolve):
 def variables_read(concerns=None):
     """The role variables the table reads for ``concerns`` (for the tests): for all of them, also the switches and
     the engine list."""
-    names = set(SWITCHES.values()) | {'container_runtime_engines', 'persistenced_state'} if concerns is None else set()
+    names = set(SWITCHES.values()) | {'container_runtime_engines'} | set(
+        variable for variable, unused_value in OFF_WHEN.values()) if concerns is None else set()
     for concern in OPTIONS if concerns is None else concerns:
         for unused_option, variable, when in OPTIONS[concern]:
             names.add(variable)

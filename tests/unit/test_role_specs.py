@@ -40,6 +40,7 @@ def test_the_generated_files_are_up_to_date():
     module = generator()
     files = module.planned()
     assert sorted(files) == sorted([
+        'docs/role-variables.md', 'plugins/module_utils/concerns/registry.py',
         'plugins/plugin_utils/_role_table.py', 'roles/gpu_node/defaults/main.yml',
         'roles/gpu_node/meta/argument_specs.yml'] + ['roles/%s/%s' % (role, name) for role in INNER
                                                      for name in ('defaults/main.yml', 'meta/argument_specs.yml')])
@@ -52,8 +53,15 @@ def test_the_generated_files_are_up_to_date():
 
 
 def test_the_table_knows_every_option_of_every_module():
-    # the option names the controller derives the table from are the modules' argument specs, in their order
-    assert _role_table.MODULE_OPTIONS == dict((name, tuple(concern.spec)) for name, concern in registry.CONCERNS.items())
+    # the controller's table is every concern's declaration, in the declared order, with its module's options
+    assert [declared['name'] for declared in _role_table.DECLARED] == list(registry.ORDER)
+    for declared in _role_table.DECLARED:
+        concern = registry.CONCERNS[declared['name']]
+        assert declared['options'] == tuple(concern.spec) and declared['module'] == concern.module
+        assert dict(declared, options=None) == dict(concern.declaration, options=None)  # the file's literal itself
+        given = [row[1] for row in declared['variables']]
+        # every option once: given by a role variable, or kept from the roles
+        assert sorted(given + list(declared['module_only'])) == sorted(declared['options']), declared['name']
 
 
 def module_options(module):
@@ -97,10 +105,11 @@ def test_a_role_default_of_null_is_the_modules_default():
 
 @pytest.fixture(scope='module')
 def added(tmp_path_factory):
-    """A copy of the collection's files where crio_runtime got one new option, ``frobnicate``, in its documentation
-    and its argument spec only, after scripts/sync-roles ran there."""
+    """A copy of the collection's files where crio_runtime got two new options, ``frobnicate`` and
+    ``frobnicate_level``, in its documentation, its argument spec and its declaration (a row each), after
+    scripts/sync-roles ran there; and what the script said before the declaration had them."""
     top = tmp_path_factory.mktemp('sync') / 'tree'
-    for folder in ('plugins', 'roles', 'scripts'):
+    for folder in ('plugins', 'roles', 'scripts', 'docs'):
         shutil.copytree(os.path.join(ROOT, folder), str(top / folder), symlinks=True)
     module = top / 'plugins' / 'modules' / 'crio_runtime.py'
     text = module.read_text()
@@ -113,20 +122,39 @@ def added(tmp_path_factory):
     assert 'SPEC = dict(\n' in text
     spec.write_text(text.replace('SPEC = dict(\n', "SPEC = dict(\n    frobnicate=dict(type='list', elements='str', "
                                  "choices=['a', 'b'], default=['a']),\n    frobnicate_level=dict(type='int', default=3),\n", 1))
+    undeclared = subprocess.run([sys.executable, str(top / 'scripts' / 'sync-roles')], check=False,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    declaration = top / 'plugins' / 'module_utils' / 'concerns' / 'crio.py'
+    text = declaration.read_text()
+    assert "        ('container_runtime_cdi', 'cdi'),\n" in text
+    declaration.write_text(text.replace("        ('container_runtime_cdi', 'cdi'),\n", "        ('container_runtime_cdi', 'cdi'),\n"
+                                        "        ('container_runtime_frobnicate', 'frobnicate'),\n"
+                                        "        ('container_runtime_frobnicate_level', 'frobnicate_level'),\n", 1))
     run = subprocess.run([sys.executable, str(top / 'scripts' / 'sync-roles')], check=False, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, universal_newlines=True)
     assert run.returncode == 0, run.stdout
     again = subprocess.run([sys.executable, str(top / 'scripts' / 'sync-roles'), '--check'], check=False, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, universal_newlines=True)
-    return top, run.stdout, again
+    return top, run.stdout, again, undeclared
+
+
+def test_an_option_no_declaration_gives_is_refused_naming_the_file(added):
+    # no naming rule: an option reaches a role only through a row of its concern's declaration, or is module_only
+    undeclared = added[3]
+    assert undeclared.returncode != 0
+    assert ("plugins/module_utils/concerns/crio.py: DECLARATION: the options ['frobnicate', 'frobnicate_level'] are "
+            "neither given by a role variable (variables) nor module_only") in undeclared.stdout
 
 
 def test_an_option_added_to_a_module_reaches_its_role(added):
-    top, printed, again = added
-    # the files the script wrote: the table's names, the role's spec and default, gpu_node's spec
-    assert sorted(printed.split()) == sorted(['wrote'] * 4 + [
+    top, printed, again, unused_undeclared = added
+    # the files the script wrote: the controller's table, the role's spec and default, gpu_node's spec, the table
+    # for people (hand-edited: the module's documentation, its argument spec, its declaration's row, and the code
+    # that uses the option)
+    assert sorted(printed.split()) == sorted(['wrote'] * 5 + [
         'plugins/plugin_utils/_role_table.py', 'roles/container_runtime/meta/argument_specs.yml',
-        'roles/container_runtime/defaults/main.yml', 'roles/gpu_node/meta/argument_specs.yml'])
+        'roles/container_runtime/defaults/main.yml', 'roles/gpu_node/meta/argument_specs.yml',
+        'docs/role-variables.md'])
     assert again.returncode == 0 and again.stdout == ''
     with open(str(top / 'roles' / 'container_runtime' / 'meta' / 'argument_specs.yml')) as handle:
         entry = yaml.safe_load(handle)['argument_specs']['main']['options']['container_runtime_frobnicate']

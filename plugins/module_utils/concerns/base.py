@@ -17,6 +17,27 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import mo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 
 
+# What a concern's ``DECLARATION`` (a literal in its own file, concerns/<name>.py) says; scripts/sync-roles reads it
+# without importing the file and builds from it node_state's registry (concerns/registry.py), the controller's table
+# (plugins/plugin_utils/_role_table.py), the roles' argument specs and defaults, and docs/role-variables.md.
+DECLARATION_KEYS = {
+    'name': 'the concern: node_state\'s option and verdict key, gpu_node_result\'s key',
+    'module': 'its module (gpufleet.nvidia.<module>)',
+    'order': 'where node_state evaluates it and gpu_node runs it, lowest first',
+    'after': 'the concerns whose drift makes node_state run it again (optional)',
+    'role': 'the role whose variables give its options',
+    'switch': "gpu_node's boolean variable that turns it on",
+    'off_when': '(variable, value): also off while that variable has that value (optional)',
+    'engine': 'a container engine: evaluated only for the engines chosen (optional)',
+    'variables': '(role variable, module option[, when]): when is truthy (left out when empty or false) or '
+                 '(without, V) (left out when V is set); passed unless null otherwise',
+    'module_only': 'the module options no role variable gives',
+    'drift': "its column in the drift report (optional)",
+    'drift_optional': 'that column only where a host evaluated it (optional)',
+    'summary': "the words site.yml's fleet summary prints for it (optional)",
+}
+
+
 class Concern(object):
     """A concern module: ``spec`` (its argument spec), ``checks`` (AnsibleModule's cross-option rules) and
     ``run(module) -> result``."""
@@ -27,6 +48,14 @@ class Concern(object):
         self.spec = spec
         self.run = run
         self.checks = checks
+        self.declaration = {'name': name, 'module': module}
+
+    @classmethod
+    def declared(cls, declaration, spec, run, **checks):
+        """The concern its ``DECLARATION`` names (its file's literal: scripts/sync-roles reads the same)."""
+        concern = cls(declaration['name'], declaration['module'], spec, run, **checks)
+        concern.declaration = declaration
+        return concern
 
     def argument_spec(self):
         """The module's whole argument spec: ``spec`` and ``role_vars``, which the module's action plugin handles

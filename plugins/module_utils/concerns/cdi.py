@@ -21,6 +21,25 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import mo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base import Concern
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
+# This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
+DECLARATION = {
+    'name': 'cdi',
+    'module': 'cdi_spec',
+    'order': 50,
+    'role': 'gpu_node',
+    'switch': 'gpu_node_cdi',
+    'variables': (
+        ('gpu_node_cdi_state', 'state'),
+        ('gpu_node_cdi_path', 'path'),
+        ('gpu_node_cdi_device_name_strategy', 'device_name_strategy'),
+        ('gpu_node_cdi_boot', 'boot'),
+        ('gpu_node_cdi_runtime_mode', 'runtime_mode'),
+    ),
+    'module_only': ('boot_unit', 'init_system', 'nvidia_ctk', 'runtime_config'),
+    'drift': 'cdi',
+    'drift_optional': True,
+}
+
 SPEC = apply.SPEC
 
 
@@ -46,4 +65,4 @@ def run(module):
     return result
 
 
-CONCERN = Concern('cdi', 'cdi_spec', SPEC, run)
+CONCERN = Concern.declared(DECLARATION, SPEC, run)

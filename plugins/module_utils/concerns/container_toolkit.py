@@ -23,6 +23,29 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import mo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.toolkit import rules
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base import Concern
 
+# This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
+DECLARATION = {
+    'name': 'container_toolkit',
+    'module': 'container_toolkit_info',
+    'order': 40,
+    'role': 'container_toolkit',
+    'switch': 'gpu_node_container_toolkit',
+    'variables': (
+        ('container_toolkit_state', 'state'),
+        ('container_toolkit_version', 'version'),
+        ('container_toolkit_packages', 'packages'),
+        ('container_toolkit_repo_url', 'repo_url'),
+        ('container_toolkit_repo_suite', 'repo_suite'),
+        ('container_toolkit_repo_components', 'repo_components'),
+        ('container_toolkit_repo_key', 'repo_key'),
+        ('container_toolkit_hold', 'hold'),
+    ),
+    'module_only': (),
+    'drift': 'toolkit',
+    'drift_optional': True,
+    'summary': ('toolkit',),
+}
+
 SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
     version=dict(type='str'),
@@ -104,4 +127,4 @@ def run(module):
     return result_of(request, packages, drift, actions, available)
 
 
-CONCERN = Concern('container_toolkit', 'container_toolkit_info', SPEC, run)
+CONCERN = Concern.declared(DECLARATION, SPEC, run)

@@ -22,6 +22,36 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base impo
     Concern, engine_binary, engine_service)
 
 
+# This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
+DECLARATION = {
+    'name': 'containerd',
+    'module': 'containerd_runtime',
+    'order': 60,
+    'role': 'container_runtime',
+    'switch': 'gpu_node_container_runtime',
+    'engine': True,
+    'variables': (
+        ('container_runtime_containerd_config', 'path'),
+        ('container_runtime_name', 'name'),
+        ('container_runtime_path', 'runtime_path'),
+        ('container_runtime_default', 'default_runtime'),
+        ('container_runtime_cdi', 'cdi'),
+        ('container_runtime_cdi_spec_dirs', 'cdi_spec_dirs'),
+        ('container_runtime_containerd_take_over', 'take_over'),
+        ('container_runtime_state', 'state'),
+        ('container_runtime_backup', 'backup'),
+        ('container_runtime_apply', 'apply'),
+        ('container_runtime_containerd_service_name', 'service_name'),
+        ('container_runtime_timeout', 'apply_timeout'),
+        ('container_runtime_verify', 'verify'),
+        ('container_runtime_verify_image', 'verify_image'),
+        ('container_runtime_verify_devices', 'verify_devices'),
+    ),
+    'module_only': (),
+    'drift': 'engines_off',
+    'summary': ('containerd_runtimes', 'containerd_action'),
+}
+
 SPEC = apply.SPEC
 
 
@@ -44,4 +74,4 @@ def run(module):
     return result
 
 
-CONCERN = Concern('containerd', 'containerd_runtime', SPEC, run)
+CONCERN = Concern.declared(DECLARATION, SPEC, run)

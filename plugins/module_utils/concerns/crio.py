@@ -21,6 +21,34 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base impo
     Concern, engine_binary, engine_service)
 
 
+# This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
+DECLARATION = {
+    'name': 'crio',
+    'module': 'crio_runtime',
+    'order': 70,
+    'role': 'container_runtime',
+    'switch': 'gpu_node_container_runtime',
+    'engine': True,
+    'variables': (
+        ('container_runtime_crio_dropin', 'path'),
+        ('container_runtime_crio_config', 'config_path'),
+        ('container_runtime_crio_config_dir', 'config_dir'),
+        ('container_runtime_name', 'name'),
+        ('container_runtime_path', 'runtime_path'),
+        ('container_runtime_default', 'default_runtime'),
+        ('container_runtime_cdi', 'cdi'),
+        ('container_runtime_cdi_spec_dirs', 'cdi_spec_dirs'),
+        ('container_runtime_state', 'state'),
+        ('container_runtime_backup', 'backup'),
+        ('container_runtime_apply', 'apply'),
+        ('container_runtime_crio_service_name', 'service_name'),
+        ('container_runtime_timeout', 'apply_timeout'),
+    ),
+    'module_only': (),
+    'drift': 'engines_off',
+    'summary': ('crio_runtimes', 'crio_action'),
+}
+
 SPEC = config.SPEC
 
 
@@ -36,4 +64,4 @@ def run(module):
     return concerns_module.config_run(module, params['path'], lambda: converge.run(check_mode=module.check_mode))
 
 
-CONCERN = Concern('crio', 'crio_runtime', SPEC, run)
+CONCERN = Concern.declared(DECLARATION, SPEC, run)

@@ -19,6 +19,19 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker.api import 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import RunFailed
 
 
+# This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
+DECLARATION = {
+    'name': 'device_links',
+    'module': 'device_links',
+    'order': 10,
+    'role': 'gpu_node',
+    'switch': 'gpu_node_device_links',
+    'variables': (
+        ('gpu_node_device_links_boot', 'boot'),
+    ),
+    'module_only': ('dev_root', 'docker_host', 'init_system', 'report_containers', 'state'),
+}
+
 SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
     boot=dict(type='bool', default=True),
@@ -47,4 +60,4 @@ def run(module, **kwargs):
     return result
 
 
-CONCERN = Concern('device_links', 'device_links', SPEC, run)
+CONCERN = Concern.declared(DECLARATION, SPEC, run)

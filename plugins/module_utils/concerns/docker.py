@@ -20,6 +20,36 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base impo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker.api import DockerAPI, socket_path_from_host
 
 
+# This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
+DECLARATION = {
+    'name': 'docker',
+    'module': 'docker_runtime',
+    'order': 80,
+    'role': 'container_runtime',
+    'switch': 'gpu_node_container_runtime',
+    'engine': True,
+    'variables': (
+        ('container_runtime_daemon_json', 'path'),
+        ('container_runtime_name', 'name'),
+        ('container_runtime_path', 'runtime_path'),
+        ('container_runtime_args', 'runtime_args'),
+        ('container_runtime_default', 'default_runtime'),
+        ('container_runtime_cdi', 'cdi'),
+        ('container_runtime_state', 'state'),
+        ('container_runtime_backup', 'backup'),
+        ('container_runtime_apply', 'apply'),
+        ('container_runtime_docker_host', 'docker_host'),
+        ('container_runtime_service_name', 'service_name'),
+        ('container_runtime_timeout', 'apply_timeout'),
+        ('container_runtime_verify', 'verify'),
+        ('container_runtime_verify_image', 'verify_image'),
+        ('container_runtime_verify_devices', 'verify_devices'),
+    ),
+    'module_only': (),
+    'drift': 'engines_off',
+    'summary': ('docker_runtimes', 'docker_action', 'nvidia_run'),
+}
+
 SPEC = apply.SPEC
 
 
@@ -59,4 +89,4 @@ def run(module):
     return result
 
 
-CONCERN = Concern('docker', 'docker_runtime', SPEC, run)
+CONCERN = Concern.declared(DECLARATION, SPEC, run)

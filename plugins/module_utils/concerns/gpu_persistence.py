@@ -17,6 +17,28 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state_d
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base import Concern
 
 
+# This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
+DECLARATION = {
+    'name': 'gpu_persistence',
+    'module': 'gpu_persistence',
+    'order': 30,
+    'after': ('persistenced',),
+    'role': 'gpu_persistence',
+    'switch': 'gpu_node_gpu_persistence',
+    'off_when': ('persistenced_state', 'stopped'),
+    'variables': (
+        ('gpu_persistence_gpus', 'gpus', ('without', 'gpu_persistence_modes')),
+        ('gpu_persistence_mode', 'mode', ('without', 'gpu_persistence_modes')),
+        ('gpu_persistence_modes', 'modes', 'truthy'),
+        ('gpu_persistence_persist', 'persist'),
+        ('gpu_persistence_state_file', 'state_file'),
+        ('gpu_persistence_backend', 'backend'),
+    ),
+    'module_only': ('service_user', 'socket_path', 'timeout'),
+    'drift': 'gpus_off',
+    'summary': ('gpus',),
+}
+
 SPEC = dict(
     gpus=dict(type='list', elements='raw', default=['all']),
     mode=dict(type='str', choices=['enabled', 'disabled']),
@@ -51,5 +73,5 @@ def run(module):
     return run.result(diff=module._diff)
 
 
-CONCERN = Concern('gpu_persistence', 'gpu_persistence', SPEC, run,
-                  mutually_exclusive=[['mode', 'modes']], required_one_of=[['mode', 'modes']])
+CONCERN = Concern.declared(DECLARATION, SPEC, run,
+                           mutually_exclusive=[['mode', 'modes']], required_one_of=[['mode', 'modes']])

@@ -28,9 +28,10 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo a
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import service
 
-# A concern that must run whenever one it depends on runs: a persistence daemon that is (re)started, installed or
-# removed may bring the GPUs back to its global default, so their modes are set again after it.
-DEPENDS = {'gpu_persistence': ('persistenced',)}
+# A concern that must run whenever one it depends on runs (its declaration's ``after``): a persistence daemon that is
+# (re)started, installed or removed may bring the GPUs back to its global default, so their modes are set again after
+# it.
+DEPENDS = registry.DEPENDS
 # The memo of the systemd units a run asked about (host_memo): the next run asks about them together.
 UNITS_MEMO = 'systemd-units.json'
 # A run asks about a few units; a kept list is read no further than this.

@@ -18,6 +18,39 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors impo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced.deploy import Deployer
 
 
+# This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
+DECLARATION = {
+    'name': 'persistenced',
+    'module': 'persistenced',
+    'order': 20,
+    'role': 'persistenced',
+    'switch': 'gpu_node_persistenced',
+    'variables': (
+        ('persistenced_state', 'state'),
+        ('persistenced_daemon', 'daemon'),
+        ('persistenced_driver_path', 'driver_path'),
+        ('persistenced_bundled_path', 'bundled_path'),
+        ('persistenced_init_system', 'init_system'),
+        ('persistenced_service_name', 'service_name'),
+        ('persistenced_user', 'user'),
+        ('persistenced_group', 'group', 'truthy'),
+        ('persistenced_create_user', 'create_user'),
+        ('persistenced_allow_other_primary_group', 'allow_other_primary_group'),
+        ('persistenced_persistence_mode', 'persistence_mode'),
+        ('persistenced_uvm_persistence_mode', 'uvm_persistence_mode'),
+        ('persistenced_verbose', 'verbose'),
+        ('persistenced_nvidia_cfg_path', 'nvidia_cfg_path', 'truthy'),
+        ('persistenced_extra_args', 'extra_args'),
+        ('persistenced_state_file', 'state_file'),
+        ('persistenced_backup', 'backup'),
+        ('persistenced_start_timeout', 'start_timeout'),
+        ('persistenced_remove_user', 'remove_user'),
+    ),
+    'module_only': ('bundled_source',),
+    'drift': 'daemon',
+    'summary': ('init', 'daemon'),
+}
+
 SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent', 'stopped']),
     daemon=dict(type='str', default='auto', choices=['auto', 'driver', 'bundled']),
@@ -65,4 +98,4 @@ def run(module):
     return result
 
 
-CONCERN = Concern('persistenced', 'persistenced', SPEC, run)
+CONCERN = Concern.declared(DECLARATION, SPEC, run)

@@ -2,35 +2,32 @@
 # Copyright (c) gpufleet.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Every concern, for node_state: ``CONCERNS[name]`` is that concern module's ``Concern`` (its argument spec and
-its run, the whole body of its ``main``).
+its run, the whole body of its ``main``). Written by scripts/sync-roles from each concern's DECLARATION; do not edit.
 
 This module is PRIVATE to the gpufleet.nvidia collection: its API may change
 at any time. ``CONCERNS[name].run(module)`` is the whole body of that
-concern's module (``device_links``, ``persistenced``, ``gpu_persistence``,
-``container_toolkit_info``, ``containerd_runtime``, ``crio_runtime``,
-``docker_runtime``): it reads the host, decides, and (unless
+concern's module: it reads the host, decides, and (unless
 ``module.check_mode``) acts, then returns the result for ``exit_json`` or calls
-``module.fail_json``. The toolkit's concern is read-only (its role installs
-with ansible.builtin modules): its result says ``converged`` itself. The module runs it
-with its AnsibleModule, from its own file (``_concern_<name>.py``: a concern
-module's payload holds that concern's code alone); ``node_state`` runs the
-same function in check mode with a stand-in (``concerns.node_state.ConcernModule``),
-so both give one verdict from one copy of every decision.
+``module.fail_json``. The module runs it with its AnsibleModule, from its own
+file (``concerns/<name>.py``: a concern module's payload holds that concern's
+code alone); ``node_state`` runs the same function in check mode with a
+stand-in (``concerns.node_state.ConcernModule``), so both give one verdict from
+one copy of every decision.
+
+Each concern's module is imported when node_state first asks for it, not with
+this file: a host evaluates only the concerns it is asked for and the engines
+it has, and compiles every module it imports on every run (zipimport keeps no
+bytecode). The imports are plain statements, so Ansible still packs every
+concern into node_state's zip.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines.names import ENGINES
-
 from collections.abc import Mapping
 
 
-# Each concern's module is imported when node_state first asks for it, not with this file: a host evaluates only
-# the concerns it is asked for and the engines it has, and the host compiles every module it imports on every run
-# (zipimport keeps no bytecode): CRI-O's code (about 7 ms) on a host without CRI-O, dockerd's on a containerd-only
-# Kubernetes node. The imports are plain statements, so Ansible still packs every concern into node_state's zip.
 def _device_links():
     from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.device_links import CONCERN
     return CONCERN
@@ -71,13 +68,39 @@ def _docker():
     return CONCERN
 
 
-ORDER = ('device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi') + ENGINES
-_LOAD = {'device_links': _device_links, 'persistenced': _persistenced, 'gpu_persistence': _gpu_persistence,
-         'container_toolkit': _container_toolkit, 'cdi': _cdi, 'containerd': _containerd, 'crio': _crio,
-         'docker': _docker}
-# The module-level names (``concerns.registry.DOCKER``) of each concern.
-_NAMES = {'DEVICE_LINKS': 'device_links', 'PERSISTENCED': 'persistenced', 'GPU_PERSISTENCE': 'gpu_persistence',
-          'TOOLKIT': 'container_toolkit', 'CDI': 'cdi', 'CONTAINERD': 'containerd', 'CRIO': 'crio', 'DOCKER': 'docker'}
+# The concerns, in the order node_state evaluates them and gpu_node runs them.
+ORDER = (
+    'device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi', 'containerd', 'crio', 'docker',
+)
+# The container engines among them (node_state evaluates those the host has, or was asked for).
+ENGINES = (
+    'containerd', 'crio', 'docker',
+)
+# Each concern's module.
+MODULES = {
+    'device_links': 'device_links',
+    'persistenced': 'persistenced',
+    'gpu_persistence': 'gpu_persistence',
+    'container_toolkit': 'container_toolkit_info',
+    'cdi': 'cdi_spec',
+    'containerd': 'containerd_runtime',
+    'crio': 'crio_runtime',
+    'docker': 'docker_runtime',
+}
+# The concerns whose drift makes node_state run another again.
+DEPENDS = {
+    'gpu_persistence': ('persistenced',),
+}
+_LOAD = {
+    'device_links': _device_links,
+    'persistenced': _persistenced,
+    'gpu_persistence': _gpu_persistence,
+    'container_toolkit': _container_toolkit,
+    'cdi': _cdi,
+    'containerd': _containerd,
+    'crio': _crio,
+    'docker': _docker,
+}
 
 
 class _Concerns(Mapping):
@@ -97,7 +120,7 @@ class _Concerns(Mapping):
 CONCERNS = _Concerns()
 
 
-def __getattr__(name):  # ``concerns.registry.DOCKER`` and the others (Python 3.7+): the concern's own module, on first use
-    if name in _NAMES:
-        return _LOAD[_NAMES[name]]()
+def __getattr__(name):  # ``registry.DOCKER`` and the others (Python 3.7+): the concern's own module, on first use
+    if name.isupper() and name.lower() in _LOAD:
+        return _LOAD[name.lower()]()
     raise AttributeError(name)
