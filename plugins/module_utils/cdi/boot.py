@@ -185,22 +185,18 @@ chmod 0644 "$tmp" && mv -f "$tmp" "$spec" || { rm -f "$tmp"; exit 1; }
        'env_path': ENVIRONMENT['PATH'], 'tmpdir': ENVIRONMENT['TMPDIR']}
 
 
-def render_systemd(script=SCRIPT_PATH):
-    return init_boot.render_systemd(
-        init_boot.header('#', 'cdi_spec'), 'NVIDIA CDI spec, written before the container engines start', AFTER,
-        tuple('%s.service' % name for name in ENGINE_SERVICES) + ('kubelet.service',), script)
+# Our refresh's unit (SysV script, Upstart task instance per engine), before the engines (init.systems renders it).
+TASK = init_boot.BootTask(
+    header=init_boot.header('#', 'cdi_spec'), service=SERVICE,
+    summary='NVIDIA CDI spec, written before the container engines start', short='NVIDIA CDI spec',
+    lines=('Writes the NVIDIA CDI spec before the container engines start.',), after=AFTER,
+    should_start=('nvidia-persistenced', 'gpufleet-dev-char-links'), engines=ENGINE_SERVICES,
+    before_units=('kubelet.service',), chkconfig='15 85', script=SCRIPT_PATH, per_engine=True)
 
 
-def render_sysv(script=SCRIPT_PATH):
-    return init_boot.render_sysv(
-        init_boot.header('#', 'cdi_spec'), SERVICE, ('nvidia-persistenced', 'gpufleet-dev-char-links'),
-        ENGINE_SERVICES, 'NVIDIA CDI spec', ('Writes the NVIDIA CDI spec before the container engines start.',),
-        '15 85', script)
-
-
-def render_upstart(script=SCRIPT_PATH):
-    return init_boot.render_upstart(init_boot.header('#', 'cdi_spec'), 'NVIDIA CDI spec', ENGINE_SERVICES, script,
-                                    runlevel=False)
+def render_unit(init_system, script=SCRIPT_PATH):
+    """Our refresh unit's text under ``init_system``, or None where no unit of ours can run."""
+    return systems.get(init_system).render_boot_task(TASK._replace(script=script))
 
 
 def render_dropin():
@@ -212,9 +208,6 @@ def render_dropin():
     ] + _order_lines() + [''])
 
 
-RENDER_UNIT = {'systemd': render_systemd, 'sysvinit': render_sysv, 'upstart': render_upstart}
-
-
 def boot_files(source, init_system, path, nvidia_ctk, names):
     """{kind: (path, text, mode)} of ``source``'s pieces on a host running ``init_system``."""
     if source == 'nvidia':
@@ -222,14 +215,14 @@ def boot_files(source, init_system, path, nvidia_ctk, names):
     if source != 'gpufleet':
         return {}
     files = {'script': (SCRIPT_PATH, render_script(path, nvidia_ctk, names, spec_mod.spec_format(path)), 0o755)}
-    if init_system in RENDER_UNIT:
-        files['unit'] = (unit_path(init_system, SERVICE), RENDER_UNIT[init_system](), unit_mode(init_system))
+    if init_system in systems.SYSTEMS:
+        files['unit'] = (unit_path(init_system, SERVICE), render_unit(init_system), unit_mode(init_system))
     return files
 
 
 def every_piece(init_system):
     """{kind: path} of every piece either source may have written on this host (``state: absent`` looks at all)."""
     found = {'dropin': DROPIN_PATH, 'script': SCRIPT_PATH}
-    if init_system in RENDER_UNIT:
+    if init_system in systems.SYSTEMS:
         found['unit'] = unit_path(init_system, SERVICE)
     return found

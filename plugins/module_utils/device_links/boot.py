@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import boot as init_boot
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.systems import unit_mode
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links.links import (
     ENGINES, SCRIPT_PATH, SERVICE, UDEV_RULE_PATH, UNIT_PATHS)
@@ -66,25 +67,22 @@ def render_udev_rule(script=SCRIPT_PATH):
             % (_header('#'), script, script))
 
 
-def render_systemd(script=SCRIPT_PATH):
-    return init_boot.render_systemd(
-        _header('#'), '/dev/char links for NVIDIA device nodes (keeps containers\' GPUs across daemon-reload)',
-        ('systemd-modules-load.service', 'systemd-udev-settle.service', 'nvidia-persistenced.service'),
-        tuple('%s.service' % engine for engine in ENGINES) + ('kubelet.service',), script)
+# The unit (SysV script, Upstart task) that runs the script at boot, before the engines (init.systems renders it).
+TASK = init_boot.BootTask(
+    header=_header('#'), service=SERVICE, summary='/dev/char links for NVIDIA device nodes (keeps containers\' GPUs '
+    'across daemon-reload)', short='/dev/char links for NVIDIA device nodes',
+    lines=('Keeps containers\' GPU devices across systemd reloads of their',
+           'cgroups (systemd cgroup driver); runs before the container engines.'),
+    after=('systemd-modules-load.service', 'systemd-udev-settle.service', 'nvidia-persistenced.service'),
+    should_start=('nvidia-persistenced',), engines=ENGINES, before_units=('kubelet.service',), chkconfig='14 86',
+    script=SCRIPT_PATH, per_engine=False)
 
 
-def render_sysv(script=SCRIPT_PATH):
-    return init_boot.render_sysv(
-        _header('#'), SERVICE, ('nvidia-persistenced',), ENGINES, '/dev/char links for NVIDIA device nodes',
-        ('Keeps containers\' GPU devices across systemd reloads of their',
-         'cgroups (systemd cgroup driver); runs before the container engines.'), '14 86', script)
+def render_unit(init_system, script=SCRIPT_PATH):
+    """The boot unit's text under ``init_system``, or None where no unit of ours can run."""
+    return systems.get(init_system).render_boot_task(TASK._replace(script=script))
 
 
-def render_upstart(script=SCRIPT_PATH):
-    return init_boot.render_upstart(_header('#'), '/dev/char links for NVIDIA device nodes', ENGINES, script)
-
-
-RENDER_UNIT = {'systemd': render_systemd, 'sysvinit': render_sysv, 'upstart': render_upstart}
 BOOT_KINDS = ('script', 'udev_rule', 'unit')  # the order they are written in (the unit runs the script)
 
 
@@ -93,8 +91,8 @@ def boot_files(init_system):
     ``init_system`` when it is one we know."""
     files = {'script': (SCRIPT_PATH, render_script(), 0o755),
              'udev_rule': (UDEV_RULE_PATH, render_udev_rule(), 0o644)}
-    if init_system in RENDER_UNIT:
-        files['unit'] = (UNIT_PATHS[init_system], RENDER_UNIT[init_system](), unit_mode(init_system))
+    if init_system in systems.SYSTEMS:
+        files['unit'] = (UNIT_PATHS[init_system], render_unit(init_system), unit_mode(init_system))
     return files
 
 

@@ -23,9 +23,10 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import boot a
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker.api import DockerAPIError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError, RunFailed
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links.boot import (
-    BOOT_KINDS, RENDER_UNIT, boot_files, plan_boot_absent, plan_boot_present)
+    BOOT_KINDS, boot_files, plan_boot_absent, plan_boot_present)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.device_links.links import (
     CharDir, DEV_ROOT, SCRIPT_PATH, SERVICE, check_dirs, diff, find_nodes, is_node_name, links_ready, plan_absent,
     plan_present, read_char_dir)
@@ -173,7 +174,7 @@ class Runner(object):
     def detect_init(self):
         chosen = self.params['init_system']
         init, tools, detected = self.init_system(chosen)
-        if init not in RENDER_UNIT:
+        if init not in systems.SYSTEMS:
             self.warnings.append('%s: no init system recognised (%s): only the udev rule will run %s at boot; set '
                                  'init_system if this host runs systemd, SysV or Upstart'
                                  % (self.host, detected['reason'], SCRIPT_PATH))

@@ -15,7 +15,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from collections import namedtuple
+
 MARKER = 'Managed by gpufleet.nvidia'
+
+# A program a concern runs once at boot, before the container engines start: what every init system's unit for it
+# says, each in its own words (init.systems: each class renders it, ``render_boot_task``).
+# header: the first line (``header``); service: its name (a SysV script's Provides); summary: a systemd unit's
+# Description; short: a SysV Short-Description and an Upstart job's description; lines: a SysV Description;
+# after: the systemd units it starts after; should_start: the SysV services it starts after; engines: the services
+# it starts before (systemd: their .service units and ``before_units``); chkconfig: a SysV script's priorities;
+# script: the program; per_engine: an Upstart instance per engine (each engine's start waits for its own), not one
+# task that also starts with the runlevel.
+BootTask = namedtuple('BootTask', 'header service summary short lines after should_start engines before_units '
+                                  'chkconfig script per_engine')
 
 
 def header(comment, module):

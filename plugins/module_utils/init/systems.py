@@ -39,6 +39,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import ServiceError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import boot
 
 # What real Upstart's initctl says (exit 1) for a job already stopped or started:
 # 1.13 "Job has already been stopped" / "Unknown instance", 0.6.5 "Unknown instance";
@@ -128,6 +129,12 @@ class InitSystem(object):
         """The words of the command the init system starts the service with, where it says (systemd's ExecStart)."""
         return []
 
+    # ---- what it reads ----------------------------------------------------------
+    def render_boot_task(self, task):
+        """The unit, script or job that runs ``task`` (an ``init.boot.BootTask``) at boot, or None: no unit of ours
+        can run it here."""
+        return None
+
 
 class Systemd(InitSystem):
     name = 'systemd'
@@ -187,6 +194,11 @@ class Systemd(InitSystem):
         rc, out, err = svc.run(argv)
         return (out or '').strip() if rc == 0 else ''
 
+    def render_boot_task(self, task):
+        """A oneshot unit that stays active once the script ran, started with multi-user.target."""
+        before = tuple('%s.service' % engine for engine in task.engines) + tuple(task.before_units)
+        return boot.render_systemd(task.header, task.summary, task.after, before, task.script)
+
     def command_words(self, svc):
         match = re.search(r'argv\[\]=([^;]*)', svc.systemd_show().get('ExecStart', ''))
         return [word for word in match.group(1).split() if not word.startswith('$')] if match else []
@@ -238,6 +250,11 @@ class Sysv(InitSystem):
     def is_enabled(self, svc):
         return bool(svc.start_links())
 
+    def render_boot_task(self, task):
+        """An LSB init script whose start runs the script."""
+        return boot.render_sysv(task.header, task.service, task.should_start, task.engines, task.short, task.lines,
+                                task.chkconfig, task.script)
+
 
 class Upstart(InitSystem):
     """Upstart 1.x and 0.6 (the same commands and answers, but for one message; see the module's notes)."""
@@ -288,6 +305,10 @@ class Upstart(InitSystem):
         # "start/running" alone, with no ", process N", is a job whose main process Upstart has lost (it ended while
         # a post-start ran): not running.
         return 'start/running, process ' in self.status(svc)
+
+    def render_boot_task(self, task):
+        """A task started before each engine (and at boot, unless one instance per engine)."""
+        return boot.render_upstart(task.header, task.short, task.engines, task.script, runlevel=not task.per_engine)
 
     def reported_pid(self, svc):
         if svc.tools.get('initctl'):

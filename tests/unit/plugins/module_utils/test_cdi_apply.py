@@ -127,7 +127,7 @@ def test_a_fresh_host_gets_the_spec_and_our_boot_refresh(host):
     assert spec.read_text() == ctk(['nvidia-ctk', '--format', 'yaml'])[1]
     assert oct(spec.stat().st_mode & 0o777) == '0o644'
     assert os.access(str(host.path(boot.SCRIPT_PATH)), os.X_OK)
-    assert host.path('/etc/systemd/system/gpufleet-cdi-refresh.service').read_text() == boot.render_systemd()
+    assert host.path('/etc/systemd/system/gpufleet-cdi-refresh.service').read_text() == boot.render_unit('systemd')
     assert ['/bin/systemctl', 'enable', 'gpufleet-cdi-refresh'] in host.commands
     # nvidia-ctk's argv: stdout, the file's format, every name strategy.
     assert ctk.calls[0] == ['/usr/bin/nvidia-ctk', '--quiet', 'cdi', 'generate', '--format', 'yaml', '--output=',
@@ -211,7 +211,7 @@ def test_sysv_and_upstart_hosts_get_our_refresh(tmp_path, init, unit, enable):
     host.path(boot.NVIDIA_UNIT_PATHS[0]).write_text('[Unit]\n')  # a systemd unit is no use there
     result = host.converge(Ctk())
     assert result['boot']['source'] == 'gpufleet' and 'runs %s' % init in result['boot']['reason']
-    assert host.path(unit).read_text() == boot.RENDER_UNIT[init]()
+    assert host.path(unit).read_text() == boot.render_unit(init)
     assert result['actions'] == ['write_spec', 'write_script', 'write_unit', 'enable']
     # Upstart reads a new job file itself (inotify on /etc/init) and starts it on its "start on" events: enabling
     # it runs no command there.

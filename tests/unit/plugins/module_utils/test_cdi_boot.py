@@ -58,14 +58,14 @@ def test_ours_when_asked_and_none_without_an_init_system():
 
 
 def test_units_order_the_refresh_before_every_engine_and_after_the_device_nodes():
-    for text in (boot.render_systemd(), boot.render_dropin()):
+    for text in (boot.render_unit('systemd'), boot.render_dropin()):
         assert 'After=systemd-modules-load.service systemd-udev-settle.service nvidia-persistenced.service ' \
                'gpufleet-dev-char-links.service' in text
         assert 'Before=containerd.service crio.service docker.service podman.service kubelet.service' in text
-    assert '# X-Start-Before:    containerd crio docker podman' in boot.render_sysv()
+    assert '# X-Start-Before:    containerd crio docker podman' in boot.render_unit('sysvinit')
     # Before each engine, an instance of its own: an event waits only for the jobs it starts.
     assert 'start on (starting containerd or starting crio or starting docker or starting podman)\n' \
-        'instance $JOB\ntask\n' in boot.render_upstart()
+        'instance $JOB\ntask\n' in boot.render_unit('upstart')
     # The drop-in orders NVIDIA's unit and changes nothing else of it.
     assert [line for line in boot.render_dropin().splitlines() if not line.startswith('#')] == [
         '[Unit]', boot._order_lines()[0], boot._order_lines()[1]]

@@ -216,7 +216,7 @@ def test_boot_files_per_init_system():
 
 
 def test_systemd_unit_runs_before_the_engines():
-    unit = device_links_boot.render_systemd()
+    unit = device_links_boot.render_unit('systemd')
     assert 'Before=docker.service containerd.service crio.service kubelet.service' in unit.splitlines()
     assert 'Type=oneshot' in unit and 'RemainAfterExit=yes' in unit
     assert 'ExecStart=/usr/local/sbin/gpufleet-dev-char-links' in unit
@@ -225,10 +225,10 @@ def test_systemd_unit_runs_before_the_engines():
 
 
 def test_sysv_script_and_upstart_job():
-    script = device_links_boot.render_sysv()
+    script = device_links_boot.render_unit('sysvinit')
     assert '# X-Start-Before:    docker containerd crio' in script
     assert '# Default-Start:     2 3 4 5' in script and 'exec /usr/local/sbin/gpufleet-dev-char-links' in script
-    job = device_links_boot.render_upstart()
+    job = device_links_boot.render_unit('upstart')
     assert 'start on (starting docker or starting containerd or starting crio or runlevel [2345])' in job
     assert '\ntask\n' in job and 'exec /usr/local/sbin/gpufleet-dev-char-links' in job
 
@@ -247,7 +247,7 @@ def run_script(dev):
 
 
 def test_the_boot_scripts_parse_and_skip_what_is_not_a_node(tmp_path):
-    for text in (device_links_boot.render_script(), device_links_boot.render_sysv()):
+    for text in (device_links_boot.render_script(), device_links_boot.render_unit('sysvinit')):
         assert subprocess.run(['sh', '-n', '-c', text], check=False).returncode == 0
     (tmp_path / 'nvidia0').write_text('a regular file, as the lab kit binds\n')
     os.symlink('/dev/null', str(tmp_path / 'nvidia1'))

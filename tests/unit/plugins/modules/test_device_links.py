@@ -199,7 +199,7 @@ def test_boot_pieces_are_written_after_the_links_and_enabled(tmp_path, systemd_h
     assert result['actions'] == ['create_links', 'write_script', 'write_udev_rule', 'write_unit', 'enable']
     assert order.index('enable') > max(i for i, step in enumerate(order) if step == 'link')
     unit = root / 'etc/systemd/system/gpufleet-dev-char-links.service'
-    assert unit.read_text() == device_links_boot.render_systemd()
+    assert unit.read_text() == device_links_boot.render_unit('systemd')
     script = root / 'usr/local/sbin/gpufleet-dev-char-links'
     assert oct(script.stat().st_mode & 0o777) == oct(0o755)
     assert (root / 'etc/udev/rules.d/71-gpufleet-nvidia-dev-char.rules').read_text() == device_links_boot.render_udev_rule()
@@ -226,7 +226,7 @@ def test_a_changed_unit_is_reloaded_and_check_mode_shows_the_diff(tmp_path, syst
     assert module.commands == [SHOW_COMMAND]  # one question to systemd
     result = runner(FakeModule({'dev_root': dev}), root).converge()
     assert result['actions'] == ['write_unit', 'reload_init']
-    assert unit.read_text() == device_links_boot.render_systemd()
+    assert unit.read_text() == device_links_boot.render_unit('systemd')
 
 
 def test_absent_removes_boot_pieces_first_then_links(tmp_path, systemd_host):
