@@ -34,6 +34,7 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.init import systems
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host.procs import TOOL_DIRS
 
 INIT_SYSTEMS = ('systemd', 'upstart', 'sysvinit', 'unknown')
@@ -200,20 +201,8 @@ def decide(evidence, root='/'):
 
 
 def service_tools(init_system, tools):
-    """Which tool starts/stops services and which enables them at boot."""
-    manager = enable = None
-    if init_system == 'systemd':
-        manager = enable = tools.get('systemctl')
-    elif init_system == 'upstart':
-        manager = tools.get('initctl')
-        enable = None  # Upstart jobs start at boot through their own "start on" stanza.
-    elif init_system == 'sysvinit':
-        manager = tools.get('service') or '/etc/init.d'
-        for name in ('update-rc.d', 'chkconfig', 'insserv'):
-            if tools.get(name):
-                enable = tools[name]
-                break
-    return manager, enable
+    """Which tool starts/stops services and which enables them at boot (the init system's class says)."""
+    return systems.get(init_system).service_tools(tools)
 
 
 def init_version(init_system, evidence):

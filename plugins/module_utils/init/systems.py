@@ -129,6 +129,11 @@ class InitSystem(object):
         """The words of the command the init system starts the service with, where it says (systemd's ExecStart)."""
         return []
 
+    def service_tools(self, tools):
+        """``(manager, enable)``: the tool that starts and stops services here and the one that enables them at boot,
+        from ``tools`` (init.detect's); None where there is none."""
+        return None, None
+
     # ---- what it reads ----------------------------------------------------------
     def render_boot_task(self, task):
         """The unit, script or job that runs ``task`` (an ``init.boot.BootTask``) at boot, or None: no unit of ours
@@ -194,6 +199,9 @@ class Systemd(InitSystem):
         rc, out, err = svc.run(argv)
         return (out or '').strip() if rc == 0 else ''
 
+    def service_tools(self, tools):
+        return tools.get('systemctl'), tools.get('systemctl')
+
     def render_boot_task(self, task):
         """A oneshot unit that stays active once the script ran, started with multi-user.target."""
         before = tuple('%s.service' % engine for engine in task.engines) + tuple(task.before_units)
@@ -250,6 +258,10 @@ class Sysv(InitSystem):
     def is_enabled(self, svc):
         return bool(svc.start_links())
 
+    def service_tools(self, tools):
+        enable = [tools[name] for name in ('update-rc.d', 'chkconfig', 'insserv') if tools.get(name)]
+        return tools.get('service') or '/etc/init.d', enable[0] if enable else None
+
     def render_boot_task(self, task):
         """An LSB init script whose start runs the script."""
         return boot.render_sysv(task.header, task.service, task.should_start, task.engines, task.short, task.lines,
@@ -305,6 +317,9 @@ class Upstart(InitSystem):
         # "start/running" alone, with no ", process N", is a job whose main process Upstart has lost (it ended while
         # a post-start ran): not running.
         return 'start/running, process ' in self.status(svc)
+
+    def service_tools(self, tools):
+        return tools.get('initctl'), None  # jobs start at boot through their own "start on" stanza
 
     def render_boot_task(self, task):
         """A task started before each engine (and at boot, unless one instance per engine)."""
