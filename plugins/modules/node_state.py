@@ -254,15 +254,9 @@ def main():
         from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
     module = AnsibleModule(
         argument_spec=dict(
-            device_links=dict(type='dict'),
-            persistenced=dict(type='dict'),
-            gpu_persistence=dict(type='dict'),
-            container_toolkit=dict(type='dict'),
-            cdi=dict(type='dict'),
+            # each concern's options, by its name (concerns/registry.py, written from the concerns' declarations)
+            [(name, dict(type='dict')) for name in concerns_node_state.registry.ORDER],
             engines=dict(type='list', elements='str', default=[], choices=['auto'] + list(ENGINES)),
-            containerd=dict(type='dict'),
-            crio=dict(type='dict'),
-            docker=dict(type='dict'),
             role_vars=dict(type='bool', default=False),
             publish_result=dict(type='bool', default=False),
             bundled_source=dict(type='str', no_log=True),

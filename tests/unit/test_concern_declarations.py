@@ -96,3 +96,12 @@ def test_gpu_node_runs_every_declared_concern_under_its_tag():
     for task in tasks:
         if task.get('tags', [None])[0] in registry.ORDER:
             assert "'%s' in __gpu_node_run" % task['tags'][0] in task['when'], task['name']
+
+
+def test_node_state_documents_an_option_per_declared_concern():
+    # its argument spec is built from the registry; its documentation is written by hand and must follow
+    from ansible_collections.gpufleet.nvidia.plugins.modules import node_state
+    documented = yaml.safe_load(node_state.DOCUMENTATION)['options']
+    assert [name for name in registry.ORDER if name not in documented] == []
+    assert [name for name in documented if name not in registry.ORDER
+            and name not in ('engines', 'role_vars', 'publish_result', 'bundled_source')] == []
