@@ -28,8 +28,12 @@ for the class and the class answers. Measured on real systemd, real Upstart
 
 Adding an init system (OpenRC, say) is one more class here: its unit path and
 mode, its log file, its verbs (``rc-service NAME start``, ``rc-update add``),
-its status, and what a changed script needs (nothing, as SysV); ``get`` and
-every concern then know it.
+its status, what a changed script needs (nothing, as SysV) and how it renders
+a boot task (an ``openrc-run`` script); ``get`` and every concern then know it.
+One unit stays a concern's own: the persistence daemon's long-running service
+(persistenced/rules.py renders it per init system, its hardening, user and
+run directory being the daemon's, not the init system's), so OpenRC would
+also need that one rendering there.
 """
 
 from __future__ import absolute_import, division, print_function
