@@ -136,17 +136,8 @@ class Source(object):
         self.values = loads(text, path)
 
     def line_of(self, key_path):
-        """The line where ``key_path`` (a table or a key) is defined, or None."""
-        try:
-            doc = ts.scan(self.text, self.path)
-        except DocumentError:
-            return None
-        size = len(key_path)
-        for item in list(doc.headers) + list(doc.entries):
-            path = item.path
-            if path[:size] == tuple(key_path):
-                return self.text.count('\n', 0, item.start) + 1
-        return None
+        """The line where ``key_path`` (a table or a key) is first written, or None (``toml_splice.key_line``)."""
+        return ts.key_line(self.text, self.path, key_path)
 
 
 def merge(base, values, origins, source, path=()):
