@@ -20,6 +20,24 @@ def mountinfo():
         return sorted(handle.read().splitlines())
 
 
+# Where nsrun mounts the fake host (fakehost._enter): a mount leaked out of its namespace would be on one of these,
+# or come from the host's tree.
+NSRUN_TARGETS = ("/dev", "/proc/driver", "/proc/devices", "/etc/ld.so.cache", "/run", "/var/run",
+                 "/sys/bus/pci/drivers")
+
+
+def leaked(before, after, host_dir):
+    """The mounts of ``after`` not in ``before`` that nsrun could have made: on one of its targets, or of the host's
+    tree. Other mounts the machine gained meanwhile (another test's, the lab's network namespaces) are not ours."""
+    found = []
+    for line in sorted(set(after) - set(before)):
+        fields = line.split()
+        root, point = fields[3], fields[4]
+        if point in NSRUN_TARGETS or root.startswith(host_dir) or point.startswith(host_dir):
+            found.append(line)
+    return found
+
+
 def test_layout_creates_the_driver_files(host):
     root = host.dir
     with open(os.path.join(root, "proc/driver/nvidia/gpus/0000:02:00.0/information")) as handle:
@@ -168,9 +186,17 @@ def test_nsrun_mounts_the_host_privately(host):
     assert seen["null"] == 1 and seen["urandom"] == 8
     assert seen["drivers"] == ["nvidia"]
     assert seen["ld"].split(":")[0] == host.tree.lib_dir
-    assert mountinfo() == before  # nothing leaked into our namespace
+    assert leaked(before, mountinfo(), host.dir) == []  # nothing leaked into our namespace
     assert not os.path.exists("/proc/driver/nvidia")
     assert not os.path.exists("/dev/nvidiactl")
+
+
+def test_the_leak_check_finds_a_leaked_mount_and_not_the_others(host):
+    before = ["22 27 0:21 / /proc rw,relatime - proc proc rw"]
+    ours = "140 24 254:0 %s/dev /dev rw,relatime - ext4 /dev/vda rw" % host.dir
+    other = "134 67 0:4 net:[4026532177] /run/netns/gflab-h1 rw shared:2 - nsfs nsfs rw"
+    assert leaked(before, before + [ours, other], host.dir) == [ours]
+    assert leaked(before, before + [other], host.dir) == []
 
 
 def test_nsrun_cli_and_exit_status(host):
