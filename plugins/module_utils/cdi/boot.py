@@ -128,7 +128,7 @@ def _order_lines():
 
 def temp_directory(directory):
     """Where the refresh makes its temp file for a spec in ``directory``: the root-only sibling the module uses too
-    (``_host.private_directory``: ``<parent>/.<name>.gpufleet``), never a directory the engines read."""
+    (``host.files.private_directory``: ``<parent>/.<name>.gpufleet``), never a directory the engines read."""
     parent, name = directory.rstrip('/').rsplit('/', 1)
     return '%s/.%s.gpufleet' % (parent, name)
 
@@ -194,9 +194,9 @@ TASK = init_boot.BootTask(
     before_units=('kubelet.service',), chkconfig='15 85', script=SCRIPT_PATH, per_engine=True)
 
 
-def render_unit(init_system, script=SCRIPT_PATH):
+def render_unit(init_system):
     """Our refresh unit's text under ``init_system``, or None where no unit of ours can run."""
-    return systems.get(init_system).render_boot_task(TASK._replace(script=script))
+    return systems.get(init_system).render_boot_task(TASK)
 
 
 def render_dropin():

@@ -4,7 +4,7 @@
 """A concern module's entry point (``Concern``: its argument spec and its run) and what the engines share.
 
 This module is PRIVATE to the gpufleet.nvidia collection: its API may change
-at any time. Each concern has a file of its own (``_concern_<name>.py``, with
+at any time. Each concern has a file of its own (``concerns/<name>.py``, with
 its spec, its run and its ``CONCERN``), so that a concern module's payload
 holds that concern's code alone; ``concerns.registry`` gathers them for node_state.
 """

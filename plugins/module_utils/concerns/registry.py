@@ -76,17 +76,6 @@ ORDER = (
 ENGINES = (
     'containerd', 'crio', 'docker',
 )
-# Each concern's module.
-MODULES = {
-    'device_links': 'device_links',
-    'persistenced': 'persistenced',
-    'gpu_persistence': 'gpu_persistence',
-    'container_toolkit': 'container_toolkit_info',
-    'cdi': 'cdi_spec',
-    'containerd': 'containerd_runtime',
-    'crio': 'crio_runtime',
-    'docker': 'docker_runtime',
-}
 # The concerns whose drift makes node_state run another again.
 DEPENDS = {
     'gpu_persistence': ('persistenced',),

@@ -78,9 +78,9 @@ TASK = init_boot.BootTask(
     script=SCRIPT_PATH, per_engine=False)
 
 
-def render_unit(init_system, script=SCRIPT_PATH):
+def render_unit(init_system):
     """The boot unit's text under ``init_system``, or None where no unit of ours can run."""
-    return systems.get(init_system).render_boot_task(TASK._replace(script=script))
+    return systems.get(init_system).render_boot_task(TASK)
 
 
 BOOT_KINDS = ('script', 'udev_rule', 'unit')  # the order they are written in (the unit runs the script)

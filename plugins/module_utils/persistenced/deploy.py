@@ -90,8 +90,7 @@ class Deployer(object):
             self.fail('no init system recognised (%s); set init_system to systemd, sysvinit or upstart if this host '
                       'really runs one' % detected['reason'])
         self.init = init
-        self.service = persistence_service(init, p['service_name'], self.run, tools,
-                                           getattr(self.calls, 'together', None))
+        self.service = persistence_service(init, p['service_name'], self.run, tools, self.calls.together)
         self.unit_path = pd.unit_path(init, p['service_name'])
         self.unit_mode = systems.unit_mode(init)
         self.result.update(init_system=init, unit_path=self.unit_path, user=p['user'], group=p['group'])

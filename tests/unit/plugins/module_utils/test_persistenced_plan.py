@@ -188,6 +188,7 @@ class FakeCalls(object):
     check_mode = False
     diff = False
     label = None
+    together = None
 
     def __init__(self, run):
         self.run = run
