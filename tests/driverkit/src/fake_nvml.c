@@ -8,8 +8,11 @@
  * get/set go to nvidia-persistenced's RPC socket
  * (/var/run/nvidia-persistenced/socket, program 35006 v1) when it exists and
  * answers; otherwise to the driver's legacy per-GPU flag, here a state file of
- * the fake host. Setting needs euid 0. The description is re-read on every
- * call, so errors injected while a program runs take effect at its next call.
+ * the fake host. Setting needs euid 0. Every call looks at the description
+ * (parsed again only when its file changed: gfk_host_refresh), so errors
+ * injected while a program runs take effect at its next call. The GPU-health
+ * queries are in fake_nvml_health.c, included at the end; built with
+ * -DGFK_OLD_DRIVER the library lacks the symbols an older driver lacks.
  */
 #include "hostdesc.h"
 
@@ -47,6 +50,11 @@ enum {
     NVML_ERROR_MEMORY = 20,
     NVML_ERROR_NO_DATA = 21,
     NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_DEPRECATED = 26,
+    NVML_ERROR_NOT_READY = 27,
+    NVML_ERROR_GPU_NOT_FOUND = 28,
+    NVML_ERROR_INVALID_STATE = 29,
     NVML_ERROR_UNKNOWN = 999,
 };
 
@@ -76,6 +84,11 @@ static const struct { const char *name; int code; const char *text; } errors[] =
     {"memory", NVML_ERROR_MEMORY, "Insufficient Memory"},
     {"no_data", NVML_ERROR_NO_DATA, "No data"},
     {"insufficient_resources", NVML_ERROR_INSUFFICIENT_RESOURCES, "Ran out of critical resources, other than memory"},
+    {"argument_version_mismatch", NVML_ERROR_ARGUMENT_VERSION_MISMATCH, "Version mismatch between passed in argument and expected"},
+    {"deprecated", NVML_ERROR_DEPRECATED, "Requested functionality has been deprecated"},
+    {"not_ready", NVML_ERROR_NOT_READY, "The system is not ready for the request"},
+    {"gpu_not_found", NVML_ERROR_GPU_NOT_FOUND, "No GPUs were found"},
+    {"invalid_state", NVML_ERROR_INVALID_STATE, "Resource not in correct state to perform requested operation"},
     {"unknown", NVML_ERROR_UNKNOWN, "Unknown Error"},
 };
 
@@ -111,14 +124,14 @@ static int error_code(const struct jval *v)
     return NVML_ERROR_UNKNOWN;
 }
 
-/* Re-read the description; called with the lock held. */
+/* Look at the description (parsed again when its file changed); called with the lock held. */
 static nvmlReturn_t reload(void)
 {
     char ctl[4096];
     struct stat st;
     if (refcount == 0) return NVML_ERROR_UNINITIALIZED;
     gfk_path(ctl, sizeof(ctl), "/dev/nvidiactl");
-    if (gfk_host_load(&host) == -1 || stat(ctl, &st) < 0) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (gfk_host_refresh(&host) == -1 || stat(ctl, &st) < 0) return NVML_ERROR_DRIVER_NOT_LOADED;
     if (!host.loaded) return NVML_ERROR_UNKNOWN;
     return NVML_SUCCESS;
 }
@@ -369,8 +382,10 @@ API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t dev, nvmlPciInfo_t *pci)
 
 /* MIG-capable boards (A100, A30, H100, ...) answer the MIG calls with MIG
  * disabled; the others with NotSupported, as NVML does. "mig_capable" in a
- * GPU's description overrides the guess from its name. MIG enabled (GPU and
- * compute instances) is not modelled. */
+ * GPU's description overrides the guess from its name; "mig_mode":
+ * {"current": 1, "pending": 1} makes GetMigMode report MIG enabled on a
+ * capable board. GPU and compute instances are not modelled: the MIG device
+ * count stays 0 even with MIG enabled. */
 static int mig_capable(const struct gfk_gpu *g)
 {
     static const char *const boards[] = {"A100", "A30", "A800", "H100", "H200", "H800", "H20", "B200", "B100"};
@@ -397,10 +412,17 @@ API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *currentMod
 {
     struct gfk_gpu *g;
     nvmlReturn_t r = enter(dev, "mig", &g);
+    /* part of a health pass too: also takes errors under its own name, as the health calls do */
+    if (r == NVML_SUCCESS) r = error_code(gfk_injected(&host, g, __func__));
     if (r == NVML_SUCCESS) {
         if (!currentMode || !pendingMode) r = NVML_ERROR_INVALID_ARGUMENT;
         else if (!mig_capable(g)) r = NVML_ERROR_NOT_SUPPORTED;
-        else *currentMode = *pendingMode = 0; /* NVML_DEVICE_MIG_DISABLE */
+        else {
+            /* NVML_DEVICE_MIG_DISABLE (0) unless the description says otherwise */
+            const struct jval *mode = j_get(g->json, "mig_mode");
+            *currentMode = (unsigned)j_num(mode, "current", 0);
+            *pendingMode = (unsigned)j_num(mode, "pending", 0);
+        }
     }
     return leave(r);
 }
@@ -642,3 +664,5 @@ API nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t dev, int mode)
     if (status == RPC_BROKEN) return leave(NVML_ERROR_UNKNOWN);
     return leave(daemon_status_to_nvml(status));
 }
+
+#include "fake_nvml_health.c"

@@ -223,17 +223,16 @@ static int gfk_open(const char *path, int flags, mode_t mode)
     return fd;
 }
 
-static char *gfk_read_file(const char *path)
+/* The rest of an open file, NUL-terminated (malloc'd); fd stays open. */
+static char *gfk_read_fd(int fd)
 {
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    int fd = gfk_open(path, O_RDONLY, 0);
-    if (fd < 0) return NULL;
     for (;;) {
         ssize_t r;
         if (len + 4096 + 1 > cap) {
             char *nb = realloc(buf, cap = len + 8192);
-            if (!nb) { free(buf); close(fd); return NULL; }
+            if (!nb) { free(buf); return NULL; }
             buf = nb;
         }
         r = read(fd, buf + len, cap - len - 1);
@@ -241,9 +240,18 @@ static char *gfk_read_file(const char *path)
         if (r <= 0) break;
         len += (size_t)r;
     }
-    close(fd);
     if (!buf) buf = calloc(1, 1);
     else buf[len] = '\0';
+    return buf;
+}
+
+static char *gfk_read_file(const char *path)
+{
+    char *buf;
+    int fd = gfk_open(path, O_RDONLY, 0);
+    if (fd < 0) return NULL;
+    buf = gfk_read_fd(fd);
+    close(fd);
     return buf;
 }
 
@@ -258,11 +266,21 @@ struct gfk_gpu {
     char bdf[32];          /* 0000:01:00.0 */
 };
 
+/* Which file a parsed description came from (gfk_host_refresh). */
+struct gfk_stamp {
+    char path[4096];
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtim, ctim;
+};
+
 struct gfk_host {
     struct jval root;
     int loaded;
     int ngpus;
     struct gfk_gpu gpus[GFK_MAX_GPUS];
+    struct gfk_stamp stamp;   /* valid while loaded */
 };
 
 /* Parse "00000000:01:00.0", "0000:01:00.0", "01:00.0" (case-insensitive). */
@@ -291,27 +309,25 @@ static void gfk_host_free(struct gfk_host *h)
     memset(h, 0, sizeof(*h));
 }
 
-/* 0 on success, -1 when the description is missing, -2 when it is invalid. */
-static int gfk_host_load(struct gfk_host *h)
+static void gfk_desc_path(char *path, size_t size)
 {
-    char path[4096];
-    const char *env;
-    char *text;
+    const char *env = getenv("GPUFLEET_FAKEDRIVER_DESCRIPTION");
+    if (env && *env) snprintf(path, size, "%s", env);
+    else gfk_path(path, size, GFK_DESC_PATH);
+}
+
+/* Parse `text` into h (freed first): 0, or -2 when it is not a valid description. */
+static int gfk_host_parse(struct gfk_host *h, const char *text)
+{
     struct jparser jp;
     const struct jval *gpus;
     int i;
 
     gfk_host_free(h);
-    env = getenv("GPUFLEET_FAKEDRIVER_DESCRIPTION");
-    if (env && *env) snprintf(path, sizeof(path), "%s", env);
-    else gfk_path(path, sizeof(path), GFK_DESC_PATH);
-    text = gfk_read_file(path);
-    if (!text) return -1;
     jp.p = text; jp.err = 0;
     if (j_value(&jp, &h->root, 0) < 0 || h->root.t != J_OBJ) {
-        free(text); j_free(&h->root); return -2;
+        j_free(&h->root); return -2;
     }
-    free(text);
     gpus = j_get(&h->root, "gpus");
     if (gpus && gpus->t == J_ARR) {
         for (i = 0; i < gpus->n && h->ngpus < GFK_MAX_GPUS; i++) {
@@ -320,7 +336,7 @@ static int gfk_host_load(struct gfk_host *h)
             if (gj->t != J_OBJ) continue;
             if (gfk_parse_bdf(j_str(gj, "pci_bus_id", NULL), &g->domain, &g->bus,
                               &g->device, &g->function) < 0) {
-                j_free(&h->root); return -2;
+                gfk_host_free(h); return -2;
             }
             g->json = gj;
             g->index = h->ngpus;
@@ -334,6 +350,63 @@ static int gfk_host_load(struct gfk_host *h)
     }
     h->loaded = 1;
     return 0;
+}
+
+/* 0 on success, -1 when the description is missing, -2 when it is invalid. */
+__attribute__((unused)) static int gfk_host_load(struct gfk_host *h)
+{
+    char path[4096];
+    char *text;
+    int r;
+
+    gfk_host_free(h);
+    gfk_desc_path(path, sizeof(path));
+    text = gfk_read_file(path);
+    if (!text) return -1;
+    r = gfk_host_parse(h, text);
+    free(text);
+    return r;
+}
+
+/* gfk_host_load, but the description is parsed again only when its file changed: another
+ * path, or another st_dev, st_ino, st_size, st_mtim or st_ctim than the file last parsed.
+ * fakehost.write_description replaces the file by rename: the new file is created while the
+ * old one still exists, so it has another inode. A rewrite in place changes the size or the
+ * mtime/ctime (fine-grained on this kernel once stat has looked at them: multigrain
+ * timestamps). The stamp comes from fstat on the descriptor the text is read from, so it is
+ * the stamp of the bytes parsed. A description that is missing or invalid is not kept. */
+__attribute__((unused)) static int gfk_host_refresh(struct gfk_host *h)
+{
+    char path[4096];
+    struct stat st;
+    char *text;
+    int fd, r;
+
+    gfk_desc_path(path, sizeof(path));
+    fd = gfk_open(path, O_RDONLY, 0);
+    if (fd < 0) { gfk_host_free(h); return -1; }
+    if (fstat(fd, &st) < 0) { close(fd); gfk_host_free(h); return -1; }
+    if (h->loaded && !strcmp(h->stamp.path, path) && h->stamp.dev == st.st_dev &&
+        h->stamp.ino == st.st_ino && h->stamp.size == st.st_size &&
+        h->stamp.mtim.tv_sec == st.st_mtim.tv_sec && h->stamp.mtim.tv_nsec == st.st_mtim.tv_nsec &&
+        h->stamp.ctim.tv_sec == st.st_ctim.tv_sec && h->stamp.ctim.tv_nsec == st.st_ctim.tv_nsec) {
+        close(fd);
+        return 0;
+    }
+    text = gfk_read_fd(fd);
+    close(fd);
+    if (!text) { gfk_host_free(h); return -1; }
+    r = gfk_host_parse(h, text);
+    free(text);
+    if (r == 0) {
+        snprintf(h->stamp.path, sizeof(h->stamp.path), "%s", path);
+        h->stamp.dev = st.st_dev;
+        h->stamp.ino = st.st_ino;
+        h->stamp.size = st.st_size;
+        h->stamp.mtim = st.st_mtim;
+        h->stamp.ctim = st.st_ctim;
+    }
+    return r;
 }
 
 __attribute__((unused)) static struct gfk_gpu *gfk_find_gpu(struct gfk_host *h, unsigned domain,
