@@ -11,10 +11,10 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _results
 
 
 def gpu_node_result(state, device_links=None, persistenced=None, gpu_persistence=None, container_toolkit=None,
-                    container_runtime=None, cdi=None):
+                    container_runtime=None, cdi=None, gpu_health=None):
     return _results.node_result(state, device_links=device_links, persistenced=persistenced,
                                 gpu_persistence=gpu_persistence, container_toolkit=container_toolkit,
-                                container_runtime=container_runtime, cdi=cdi)
+                                container_runtime=container_runtime, cdi=cdi, gpu_health=gpu_health)
 
 
 def gpu_node_run(state, drift_only=False):

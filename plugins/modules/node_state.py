@@ -106,6 +106,13 @@ options:
     description:
       - The options of M(gpufleet.nvidia.docker_runtime) to evaluate.
     type: dict
+  gpu_health:
+    description:
+      - The options of M(gpufleet.nvidia.gpu_health) to evaluate, last, in the same round trip.
+      - Its verdict never drifts (its result's C(verdict) is the node's health); it adds two checks only node_state
+        can make, C(configuration) (every other concern evaluated here converged) and gpu_persistence's wanted modes
+        as the C(persistence) expectation. Its metrics are written unless the play is in check mode.
+    type: dict
   role_vars:
     description:
       - Build every concern's options on the controller from the C(gpufleet.nvidia) roles' variables, exactly as each

@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.health.verdicts import ACTIONS, VERDICTS
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._results import ENGINES
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_table import DECLARED
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
@@ -35,7 +36,7 @@ OPTIONAL = _declared_columns(True)
 
 def _empty_row(host):
     return {'host': host, 'status': 'unreachable', 'init': 'n/a', 'daemon': 'n/a', 'gpus_off': [], 'engines_off': [],
-            'toolkit': 'n/a', 'cdi': 'n/a', 'drifted': [], 'errors': {}}
+            'toolkit': 'n/a', 'cdi': 'n/a', 'health': 'n/a', 'drifted': [], 'errors': {}}
 
 
 def _text(mapping, key, what):
@@ -81,6 +82,18 @@ def _cdi(verdict):
     return ','.join(_texts(verdict['result'], 'actions', 'cdi')) or 'drifted'
 
 
+def _health(verdict):
+    """The node's health: ``PASS``, or ``VERDICT:action`` (``FAIL:reset_gpu``); ``error`` when it was not evaluated."""
+    if verdict['failed']:
+        return 'error'
+    result = verdict['result']
+    health = expect(result.get('verdict'), TEXT, 'gpu_health.verdict')
+    action = expect(result.get('action', 'none'), TEXT, 'gpu_health.action')
+    if health not in VERDICTS or action not in ACTIONS:  # anything else in a host's result is malformed
+        raise Malformed('gpu_health: %s (%s) is not a verdict and action' % (printable(health), printable(action)))
+    return health if health == 'PASS' else '%s:%s' % (health, action)
+
+
 def _gpus_off(result):
     """The GPUs not in their mode, as ``index:mode->wanted``."""
     off = []
@@ -112,6 +125,8 @@ def _state_row(host, state):
         row['toolkit'] = toolkit_cell(verdict['result'], verdict['converged'], verdict['failed'])
     if 'cdi' in verdicts:
         row['cdi'] = _cdi(verdicts['cdi'])
+    if 'gpu_health' in verdicts:
+        row['health'] = _health(verdicts['gpu_health'])
     row['engines_off'] = ['%s:%s' % (name, 'error' if verdicts[name]['failed'] else
                                      _text(results[name], 'action', name))
                           for name in ENGINES if name in verdicts and not verdicts[name]['converged']]
@@ -141,9 +156,11 @@ def drift_report(states, errors=None):
     errors = errors or {}
     # a host that failed has no state: its task's registered result (a failed node_state) is not evaluated
     rows = [_row(host, None if host in errors else states[host], errors.get(host)) for host in sorted(states)]
-    counts = {}
+    counts, health = {}, {}
     for row in rows:
         counts[row['status']] = counts.get(row['status'], 0) + 1
+        verdict = row['health'].split(':', 1)[0]
+        health[verdict] = health.get(verdict, 0) + 1
     columns = COLUMNS + tuple(column for column in OPTIONAL if any(row[column] != 'n/a' for row in rows))
     cells = [[(','.join(row[c]) or '-') if isinstance(row[c], list) else row[c] for c in columns] for row in rows]
     widths = [max([len(c)] + [len(cell[i]) for cell in cells]) for i, c in enumerate(columns)]
@@ -152,4 +169,4 @@ def drift_report(states, errors=None):
     for row in rows:
         for concern, msg in sorted(row['errors'].items()):
             table.append('%s %s: %s' % (row['host'], concern, msg))
-    return {'hosts': rows, 'counts': counts, 'table': table}
+    return {'hosts': rows, 'counts': counts, 'health': health, 'table': table}

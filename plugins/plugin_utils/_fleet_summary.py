@@ -80,6 +80,10 @@ def node_line(node):
         toolkit = _mapping(node, 'container_toolkit', 'gpu_node_result')
         converged = expect(toolkit.get('converged', False), bool, 'container_toolkit.converged')
         words.append('toolkit=' + toolkit_cell(toolkit, converged, False))
+    if node.get('gpu_health') is not None:
+        health = _mapping(node, 'gpu_health', 'gpu_node_result')
+        verdict, action = _text(health, 'verdict', 'gpu_health'), _text(health, 'action', 'gpu_health')
+        words.append('health=' + (verdict if verdict == 'PASS' else '%s:%s' % (verdict, action)))
     return ' '.join(words + _engine_words(_mapping(runtime, 'engines', 'container_runtime')))
 
 

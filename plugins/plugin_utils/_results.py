@@ -77,13 +77,13 @@ def node_run(state, drift_only=False):
 
 
 def node_result(state=None, device_links=None, persistenced=None, gpu_persistence=None, container_toolkit=None,
-                container_runtime=None, cdi=None):
+                container_runtime=None, cdi=None, gpu_health=None):
     """gpu_node_result: each concern's role result where its role ran, else node_state's check-mode verdict for
     it (a concern it found converged), else None; node_state's whole result under ``state``.
 
     The container engines: the role's result, and for the engines it did not run, node_state's verdicts."""
     roles = {'device_links': device_links, 'persistenced': persistenced, 'gpu_persistence': gpu_persistence,
-             'container_toolkit': container_toolkit, 'cdi': cdi}
+             'container_toolkit': container_toolkit, 'cdi': cdi, 'gpu_health': gpu_health}
     checked = {}
     if isinstance(state, dict) and isinstance(state.get('concerns'), dict):
         checked = dict((name, verdict.get('result') if isinstance(verdict, dict) else None)

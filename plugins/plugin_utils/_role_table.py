@@ -252,4 +252,27 @@ DECLARED = (
             'verify_devices',
         ),
     },
+    {
+        'name': 'gpu_health',
+        'module': 'gpu_health',
+        'order': 90,
+        'role': 'gpu_node',
+        'switch': 'gpu_node_gpu_health',
+        'variables': (
+            ('gpu_node_contract', 'contract'),
+            ('gpu_node_health_textfile_directory', 'textfile_directory'),
+            ('gpu_node_health_metrics', 'metrics'),
+            ('gpu_node_health_textfile_create', 'textfile_create'),
+        ),
+        'module_only': (
+            'kernel_log',
+        ),
+        'drift': 'health',
+        'summary': (
+            'health',
+        ),
+        'options': (
+            'contract', 'metrics', 'textfile_directory', 'textfile_create', 'kernel_log',
+        ),
+    },
 )

@@ -6,6 +6,7 @@
     .venv/bin/python tests/lab/lab up --hosts 3 --kinds systemd,sysvinit,upstart
     .venv/bin/ansible-playbook -i .cache/lab/inventory.yml playbooks/site.yml      # converge the lab
     .venv/bin/python tests/benchmark/node_state_cpu.py --ref COMMIT [--runs 12]
+    .venv/bin/python tests/benchmark/node_state_cpu.py --health [--runs 12]   # this tree, gpu_health off and on
 
 For each tree, ``playbooks/drift.yml`` runs once with Ansible's remote files kept (no pipelining), which leaves each
 host its node_state payload (the AnsiballZ file, options included) and writes the drift report; the two reports'
@@ -13,6 +14,10 @@ verdicts (per host: converged, drifted, run, and per concern converged and what 
 each host runs the two payloads in turn, ``--runs`` times each, and the host CPU of each run (user + system, the
 payload's process and its children, from ``getrusage`` on the host) is printed: median and spread per host.
 Compare only numbers taken together: this machine's speed changes through the day.
+
+With ``--health`` the two payloads are this tree's, one made with ``gpu_node_gpu_health: false`` and one with the
+default (on): the verdicts must be the same but for gpu_health's own, and the table's last column is what health
+adds to one run, in milliseconds of host CPU.
 """
 
 import argparse
@@ -39,7 +44,7 @@ print(json.dumps(times))
 """
 
 
-def drift(tag, workdir, collections):
+def drift(tag, workdir, collections, extra=()):
     """Run drift.yml keeping node_state's payload under /root/.ansible/bench-TAG on each host; the report."""
     report = os.path.join(workdir, tag + ".json")
     env = dict(os.environ, ANSIBLE_KEEP_REMOTE_FILES="1", ANSIBLE_PIPELINING="False",
@@ -47,7 +52,7 @@ def drift(tag, workdir, collections):
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([os.path.join(fleet_bench.VENV_BIN, "ansible-playbook"), "-i", fleet_bench.INVENTORY,
                            os.path.join(fleet_bench.ROOT, "playbooks", "drift.yml"),
-                           "-e", "gpufleet_drift_report=%s" % report],
+                           "-e", "gpufleet_drift_report=%s" % report] + list(extra),
                           cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode:
         sys.exit("drift.yml (%s) failed:\n%s" % (tag, proc.stdout[-3000:] + proc.stderr[-2000:]))
@@ -55,32 +60,49 @@ def drift(tag, workdir, collections):
         return json.load(handle)
 
 
-def verdicts(report):
-    """What drift.yml's report says of each host (its rows hold no timings)."""
-    return dict((row["host"], row) for row in report.get("hosts", []))
+def verdicts(report, without_health=False):
+    """What drift.yml's report says of each host (its rows hold no timings); ``without_health``: its health aside."""
+    return dict((row["host"], dict((key, value) for key, value in row.items()
+                                   if not (without_health and key == "health")))
+                for row in report.get("hosts", []))
 
 
-def node_verdict(result):
+def node_verdict(result, without_health=False):
     """node_state's own verdict in a payload's output: converged, drifted, run, and each concern's verdict and what
-    would change (its timings and raw results aside)."""
+    would change (its timings and raw results aside); ``without_health``: gpu_health's aside."""
     concerns = dict((name, {"converged": verdict.get("converged"), "failed": verdict.get("failed"),
                             "changes": verdict.get("changes")})
-                    for name, verdict in result.get("concerns", {}).items())
+                    for name, verdict in result.get("concerns", {}).items()
+                    if not (without_health and name == "gpu_health"))
+    evaluated = [name for name in result.get("evaluated") or [] if not (without_health and name == "gpu_health")]
     return {"converged": result.get("converged"), "drifted": result.get("drifted"), "run": result.get("run"),
-            "evaluated": result.get("evaluated"), "engine_list": result.get("engine_list"), "concerns": concerns}
+            "evaluated": evaluated, "engine_list": result.get("engine_list"), "concerns": concerns}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ref", required=True, help="the commit to compare with (the tree before)")
+    parser.add_argument("--ref", help="the commit to compare with (the tree before)")
+    parser.add_argument("--health", action="store_true", help="compare this tree with gpu_health off and on")
     parser.add_argument("--runs", type=int, default=12)
     args = parser.parse_args()
+    if bool(args.ref) == args.health:
+        parser.error("give --ref COMMIT or --health")
     hosts, hostvars = fleet_bench.load_inventory()
     workdir = tempfile.mkdtemp(prefix="node-state-cpu-")
-    ref_label, unused_site, ref_collections = fleet_bench.reference_tree(args.ref, workdir)
-    trees = [("ref", ref_collections), ("head", os.path.join(fleet_bench.ROOT, ".build", "collections"))]
-    reports = dict((tag, drift(tag, workdir, collections)) for tag, collections in trees)
-    same = verdicts(reports["ref"]) == verdicts(reports["head"])
+    head = os.path.join(fleet_bench.ROOT, ".build", "collections")
+    if args.health:
+        label = "health off"
+        reports = {"ref": drift("ref", workdir, head, ["-e", "gpu_node_gpu_health=false"]),
+                   "head": drift("head", workdir, head)}
+    else:
+        label = args.ref[:7]
+        unused_label, unused_site, ref_collections = fleet_bench.reference_tree(args.ref, workdir)
+        reports = dict((tag, drift(tag, workdir, collections))
+                       for tag, collections in (("ref", ref_collections), ("head", head)))
+
+    def verdicts_of(tag):
+        return verdicts(reports[tag], args.health)
+    same = verdicts_of("ref") == verdicts_of("head")
     print("verdicts (drift.yml's report, timings aside): %s" % ("identical" if same else "DIFFERENT"))
     for host in sorted(verdicts(reports["head"])):
         print("  %s: %s" % (host, json.dumps(verdicts(reports["head"])[host], sort_keys=True)))
@@ -92,7 +114,7 @@ def main():
                                 "/root/.ansible/bench-head/*/AnsiballZ_node_state.py").split()
         ref_path = [p for p in paths if "/bench-ref/" in p][0]
         head_path = [p for p in paths if "/bench-head/" in p][0]
-        answers = [node_verdict(json.loads(fleet_bench.ssh(host["ip"], hostvars, "python3 %s" % path)))
+        answers = [node_verdict(json.loads(fleet_bench.ssh(host["ip"], hostvars, "python3 %s" % path)), args.health)
                    for path in (ref_path, head_path)]
         same = same and answers[0] == answers[1]
         checked.append("  %s: %s %s" % (name, "identical" if answers[0] == answers[1] else "DIFFERENT",
@@ -102,14 +124,14 @@ def main():
         times = json.loads(out)
         ref_times, head_times = times[0::2], times[1::2]
         ref_median, head_median = statistics.median(ref_times), statistics.median(head_times)
-        table.append("| %s | %s | %.3f [%.3f-%.3f] | %.3f [%.3f-%.3f] | %.3f |" % (
+        table.append("| %s | %s | %.3f [%.3f-%.3f] | %.3f [%.3f-%.3f] | %.3f | %+.1f |" % (
             name, host["kind"], ref_median, min(ref_times), max(ref_times), head_median, min(head_times),
-            max(head_times), head_median / ref_median))
+            max(head_times), head_median / ref_median, 1000 * (head_median - ref_median)))
     print("node_state's own verdicts, each host's payload of both trees run once:")
     print("\n".join(checked))
     print("host CPU of one node_state run, s (median [min-max] of %d runs each, in turn)" % args.runs)
-    print("| host | kind | %s | HEAD | ratio |" % args.ref[:7])
-    print("|---|---|---|---|---|")
+    print("| host | kind | %s | HEAD | ratio | HEAD - %s, ms |" % (label, label))
+    print("|---|---|---|---|---|---|")
     print("\n".join(table))
     fleet_bench.on_all(hosts, hostvars, "rm -rf /root/.ansible/bench-ref /root/.ansible/bench-head")
     return 0 if same else 1

@@ -54,6 +54,7 @@ EVERY_CONCERN = {
                                                'changed': True}]}, False)),
         ('container_toolkit', verdict({'converged': True, 'installed': {}, 'drift': []})),
         ('cdi', verdict({'stale': [], 'actions': []})),
+        ('gpu_health', verdict({'verdict': 'FAIL', 'action': 'reset_gpu'})),
     ] + [(name, verdict({'action': 'restart'}, False)) for name in ENGINES])}
 
 
@@ -73,6 +74,7 @@ def test_the_fleet_summary_prints_the_declared_words():
         'persistenced': {'init_system': 'systemd', 'daemon': 'driver', 'pid': 12},
         'gpu_persistence': {'gpus': [{'index': 0, 'after': 'enabled'}]},
         'container_toolkit': {'converged': True, 'installed': {}, 'drift': []},
+        'gpu_health': {'verdict': 'PASS', 'action': 'none'},
         'container_runtime': {'runtimes': {'nvidia': {}}, 'action': 'none', 'verification': {'status': 'ok'},
                               'engines': dict((name, {'runtimes': ['nvidia'], 'action': 'none'})
                                               for name in ENGINES)},
@@ -86,7 +88,9 @@ def test_gpu_node_runs_every_declared_concern_under_its_tag():
     with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'concerns.yml')) as handle:
         tasks = yaml.safe_load(handle)
     tagged = [task['tags'][0] for task in tasks if task.get('tags') and task['tags'] != ['always']]
-    wanted = [name for name in registry.ORDER if name not in ENGINES] + ['container_runtime']
+    # in node_state's order, the container runtime role where the engines are
+    wanted = [name for name in registry.ORDER if name not in ENGINES[1:]]
+    wanted[wanted.index(ENGINES[0])] = 'container_runtime'
     assert tagged == wanted
     with open(os.path.join(ROOT, 'roles', 'gpu_node', 'tasks', 'main.yml')) as handle:
         main = yaml.safe_load(handle)

@@ -39,6 +39,7 @@ TASKS = {
     'containerd': ('roles/container_runtime/tasks/containerd.yml', 'gpufleet.nvidia.containerd_runtime'),
     'crio': ('roles/container_runtime/tasks/crio.yml', 'gpufleet.nvidia.crio_runtime'),
     'docker': ('roles/container_runtime/tasks/docker.yml', 'gpufleet.nvidia.docker_runtime'),
+    'gpu_health': ('roles/gpu_node/tasks/concerns.yml', 'gpufleet.nvidia.gpu_health'),
 }
 
 

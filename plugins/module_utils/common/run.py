@@ -21,9 +21,12 @@ class RunState(object):
     """``dumps``: containerd's ``config dump`` answers of this run, by (containerd, path, the file's bytes), or None
     where each dump is asked anew (``containerd.facts.Tools.dump``); ``store``: keep new containerd answers in
     node_state's memo for later runs (``host.memo``), off in a check-mode play; ``together``: the units asked
-    about in one ``systemctl show`` (``init.service.Together``), or None where each service asks for its own."""
+    about in one ``systemctl show`` (``init.service.Together``), or None where each service asks for its own;
+    ``verdicts``: node_state's verdicts of the concerns evaluated so far, by name (gpu_health reads them: the
+    configuration's convergence and gpu_persistence's wish are health checks), or None outside node_state."""
 
-    def __init__(self, dumps=None, store=False, together=None):
+    def __init__(self, dumps=None, store=False, together=None, verdicts=None):
         self.dumps = dumps
         self.store = store
         self.together = together
+        self.verdicts = verdicts

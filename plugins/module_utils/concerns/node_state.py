@@ -166,6 +166,8 @@ def describe(name, verdict):
         return ', '.join(gpus)
     if name == 'container_toolkit':
         return '; '.join(result.get('drift', []))
+    if name == 'gpu_health':
+        return ''
     if name == 'cdi':
         return '; '.join((['stale: ' + ', '.join(result['stale'])] if result.get('stale') else [])
                          + [', '.join(result.get('actions', []))])
@@ -211,6 +213,7 @@ def _evaluate(module, options, run, diff, state):
         requested = [name for name in requested if name not in registry.ENGINES or name in engines]
     engines_seconds = round(time.time() - started, 3)
     concerns, warnings, diffs, answers = {}, [], [], {}
+    state.verdicts = concerns  # gpu_health, evaluated last, reads the others' verdicts
     for name in requested:
         params = dict(options[name])
         if name == 'persistenced' and options.get('bundled_source'):
@@ -233,6 +236,9 @@ def _evaluate(module, options, run, diff, state):
         msg = 'drifted: ' + '; '.join('%s (%s)' % (name, concerns[name]['changes']) for name in drifted)
     else:
         msg = 'converged: %s' % (', '.join(requested) or 'nothing evaluated')
+    health = concerns.get('gpu_health', {}).get('result', {})
+    if health.get('verdict'):
+        msg += '; health %s (%s)' % (health['verdict'], health.get('action'))
     result = dict(changed=False, converged=not drifted, drifted=drifted, run=to_run, evaluated=requested,
                   concerns=concerns, engine_list=engines, engines_found=found['engines'] if found else None,
                   engines_seconds=engines_seconds, msg=msg)

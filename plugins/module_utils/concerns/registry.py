@@ -68,9 +68,15 @@ def _docker():
     return CONCERN
 
 
+def _gpu_health():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.gpu_health import CONCERN
+    return CONCERN
+
+
 # The concerns, in the order node_state evaluates them and gpu_node runs them.
 ORDER = (
     'device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi', 'containerd', 'crio', 'docker',
+    'gpu_health',
 )
 # The container engines among them (node_state evaluates those the host has, or was asked for).
 ENGINES = (
@@ -89,6 +95,7 @@ _LOAD = {
     'containerd': _containerd,
     'crio': _crio,
     'docker': _docker,
+    'gpu_health': _gpu_health,
 }
 
 

@@ -59,8 +59,8 @@ def test_one_row_per_host_and_a_table():
     assert rows['h4']['status'] == 'failed' and rows['h4']['errors'] == {'host': 'unreachable: ssh'}
     assert report['counts'] == {'converged': 1, 'drifted': 1, 'failed': 2}
     table = report['table']
-    assert table[0].split() == ['host', 'status', 'init', 'daemon', 'gpus_off', 'engines_off']
-    assert table[2].split() == ['h2', 'drifted', 'upstart', 'start', '1:disabled->enabled', 'containerd:restart']
+    assert table[0].split() == ['host', 'status', 'init', 'daemon', 'gpus_off', 'engines_off', 'health']
+    assert table[2].split() == ['h2', 'drifted', 'upstart', 'start', '1:disabled->enabled', 'containerd:restart', 'n/a']
     assert table[-2] == 'h3 persistenced: h3: /usr/bin/nvidia-persistenced is missing'
 
 
