@@ -13,7 +13,8 @@ short_description: Tell whether an NVIDIA GPU node is fit for work, against a no
 version_added: 0.1.0
 description:
   - Reads every GPU once through NVML (the Python library C(nvidia-ml-py), import name C(pynvml)) and the kernel log
-    since boot (C(/dev/kmsg), else the journal, else C(dmesg)), checks what it read against the node contract
+    since boot (C(/dev/kmsg), else the ring buffer as C(dmesg) reads it, else the journal), checks what it read
+    against the node contract
     O(contract) and gives each check a verdict (V(PASS), V(WARN), V(FAIL), V(UNKNOWN)) with the value, the threshold,
     where the threshold came from, the evidence and one recommended action. The node's verdict is its worst check's.
   - "The checks: NVML itself, the GPU count, model and PCI bus ids, the driver version or branch, XID events by
@@ -124,10 +125,17 @@ options:
     description: Create O(textfile_directory) (root's, mode 0755) when it does not exist.
     type: bool
     default: false
+  report_passed:
+    description:
+      - Return every check in full in RV(checks), the ones that passed too. By default RV(checks) holds the checks
+        that did not pass and RV(passed) names the others, so that a healthy node's result stays small (node_state
+        carries it on every run); the metrics hold every check and every value either way.
+    type: bool
+    default: false
   kernel_log:
     description:
-      - Where XIDs are read. V(auto) reads C(/dev/kmsg) (the kernel's device only), else C(journalctl -k -b 0), else
-        C(dmesg).
+      - Where XIDs are read. V(auto) reads C(/dev/kmsg) (the kernel's device only), else the ring buffer through
+        C(syslog(2)) as C(dmesg) does, else C(journalctl -k -b 0).
       - Otherwise the path of a regular file of kernel log lines (kmsg records, C(dmesg) or journal lines), for sites
         that collect the kernel log elsewhere.
     type: str
@@ -177,7 +185,8 @@ reasons:
   elements: str
   sample: ["GPU 1 ecc: FAIL (reset_gpu): 2 volatile uncorrected (double-bit) ECC errors, at least 1"]
 checks:
-  description: Every check, for each GPU (C(gpu) its index) and for the node (C(gpu) null).
+  description: Every check that did not pass (all of them with O(report_passed)), for a GPU (C(gpu) its index) or
+    for the node (C(gpu) null).
   returned: always
   type: list
   elements: dict
@@ -209,12 +218,36 @@ checks:
     reason:
       description: Why it is not PASS (or why it passed without a value).
       type: str
+passed:
+  description: The checks that passed, by name, each with the GPUs it passed on (null for the node's own check).
+  returned: always
+  type: dict
+  sample: {"ecc": [0, 1], "gpu_count": [null]}
 gpus:
-  description: Each GPU, its own verdict and action, and the raw values read (an unread value as C(unread), the NVML
-    error's name, and C(message)).
+  description: Each GPU NVML lists, with its own verdict and action (the values read are in RV(checks) and in the
+    metrics).
   returned: always
   type: list
   elements: dict
+  contains:
+    index:
+      description: NVML's index.
+      type: int
+    uuid:
+      description: The GPU's UUID.
+      type: str
+    name:
+      description: The GPU's name.
+      type: str
+    pci_bus_id:
+      description: The GPU's PCI bus id.
+      type: str
+    verdict:
+      description: The worst of this GPU's checks.
+      type: str
+    action:
+      description: The strongest action among them.
+      type: str
 driver_version:
   description: The driver version NVML reports.
   returned: when NVML answered
@@ -225,7 +258,7 @@ xid:
   type: dict
   contains:
     source:
-      description: C(/dev/kmsg), C(journal), C(dmesg) or the file of O(kernel_log).
+      description: C(/dev/kmsg), C(syslog(2)), C(journal) or the file of O(kernel_log).
       type: str
     complete:
       description: Whether the ring buffer still held the boot's first message.

@@ -265,14 +265,14 @@ DECLARED = (
             ('gpu_node_health_textfile_create', 'textfile_create'),
         ),
         'module_only': (
-            'kernel_log',
+            'kernel_log', 'report_passed',
         ),
         'drift': 'health',
         'summary': (
             'health',
         ),
         'options': (
-            'contract', 'metrics', 'textfile_directory', 'textfile_create', 'kernel_log',
+            'contract', 'metrics', 'textfile_directory', 'textfile_create', 'kernel_log', 'report_passed',
         ),
     },
 )

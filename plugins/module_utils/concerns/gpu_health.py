@@ -32,7 +32,7 @@ DECLARATION = {
         ('gpu_node_health_metrics', 'metrics'),
         ('gpu_node_health_textfile_create', 'textfile_create'),
     ),
-    'module_only': ('kernel_log',),
+    'module_only': ('kernel_log', 'report_passed'),
     'drift': 'health',
     'summary': ('health',),
 }
@@ -43,6 +43,7 @@ SPEC = dict(
     textfile_directory=dict(type='str', default=metrics.DEFAULT_DIRECTORY),
     textfile_create=dict(type='bool', default=False),
     kernel_log=dict(type='str', default='auto'),
+    report_passed=dict(type='bool', default=False),
 )
 
 
@@ -51,13 +52,13 @@ def run(module):
     state = concerns_module.run_state(module)
     health = HealthRun(dict(params, kernel_log=None if params['kernel_log'] == 'auto' else params['kernel_log']),
                        backends.load_pynvml, concerns_module.runner(module), verdicts=state.verdicts)
-    result, counts = health.evaluate()
+    result = health.evaluate()
     # a concern module's own run writes unless in check mode; node_state's (its stand-in is always in check mode)
     # unless its play is (RunState.store)
     writes = state.store if state.verdicts is not None else not module.check_mode
     if params['metrics'] and writes:
         try:
-            result['metrics_file'] = health.write_metrics(result, counts)
+            result['metrics_file'] = health.write_metrics(result)
         except metrics.MetricsError as exc:
             module.warn('%s; the verdict stands, the metrics were not written' % exc)
             result['metrics_file'] = None

@@ -21,17 +21,6 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.health.verdicts im
 NVML_LIBRARY = 'nvidia-ml-py'
 
 
-def plain(value):
-    """A sample value as a module result holds it (an Unread as ``{'unread', 'message'}``)."""
-    if isinstance(value, rules.Unread):
-        return value.as_result()
-    if isinstance(value, dict):
-        return dict((key, plain(item)) for key, item in value.items())
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    return value
-
-
 def configuration_check(verdicts):
     """How the node's configuration concerns stand (node_state's other verdicts), as one check."""
     drifted = sorted(name for name, verdict in verdicts.items() if not verdict.get('converged'))
@@ -52,6 +41,15 @@ def persistence_wishes(verdicts):
     return wishes
 
 
+def passed(checks):
+    """``{check: [GPU index, ...]}`` of the checks that passed (``None`` for the node's own)."""
+    found = {}
+    for result in checks:
+        if result['verdict'] == 'PASS':
+            found.setdefault(result['check'], []).append(result['gpu'])
+    return found
+
+
 class HealthRun(object):
     """One node's health: ``params`` (the module's options), ``load_pynvml()`` (the module, or ImportError),
     ``run_command(argv)`` for the kernel log's fallbacks, ``verdicts``: node_state's other concerns (or None)."""
@@ -64,6 +62,10 @@ class HealthRun(object):
         self.verdicts = verdicts
         self.read_log = read_log
         self.missing_library = None
+        # what the metrics hold besides the result: every check, each GPU's values as read, the XID counts
+        self.checks = []
+        self.raw = {}
+        self.counts = {}
 
     def sample(self):
         try:
@@ -75,7 +77,9 @@ class HealthRun(object):
         return Pass(pynvml).read()
 
     def evaluate(self):
-        """The module's result (no metrics written: ``write_metrics``)."""
+        """The module's result (no metrics written: ``write_metrics``): every check that did not pass in full, the
+        others by name (``passed``; in full with ``report_passed``), so that a healthy node's result, which
+        node_state's round trip carries on every run, stays small; the metrics have every check and value."""
         node = self.sample()
         log = self.read_log(self.run_command, self.params.get('kernel_log') or None)
         checks = rules.node_checks(node, self.contract)
@@ -89,27 +93,30 @@ class HealthRun(object):
             checks.extend(rules.xid_checks(log, node['gpus'], self.contract))
         if self.verdicts is not None:
             checks.append(configuration_check(self.verdicts))
-        checks = [c for c in checks if c['check'] not in self.contract.ignored]
+        checks = self.checks = [c for c in checks if c['check'] not in self.contract.ignored]
         verdict, action, reasons = node_verdict(checks)
         gpus = []
         for sample in node['gpus']:
             own = [c for c in checks if c['gpu'] == sample['index']]
             gpu_verdict, gpu_action, unused = node_verdict(own)
             gpus.append({'index': sample['index'], 'uuid': sample['uuid'], 'name': sample['name'],
-                         'pci_bus_id': sample['pci_bus_id'], 'verdict': gpu_verdict, 'action': gpu_action,
-                         'raw': plain(sample['values'])})
-        counts = {} if log.get('error') else xid.events(log['lines'])[1]
-        result = {'changed': False, 'verdict': verdict, 'action': action, 'reasons': reasons, 'checks': checks,
-                  'gpus': gpus, 'driver_version': plain(node.get('driver_version')),
+                         'pci_bus_id': sample['pci_bus_id'], 'verdict': gpu_verdict, 'action': gpu_action})
+            self.raw[sample['index']] = sample['values']
+        counts = self.counts = {} if log.get('error') else xid.events(log['lines'])[1]
+        driver = node.get('driver_version')
+        result = {'changed': False, 'verdict': verdict, 'action': action, 'reasons': reasons,
+                  'checks': [c for c in checks if self.params.get('report_passed') or c['verdict'] != 'PASS'],
+                  'passed': passed(checks), 'gpus': gpus,
+                  'driver_version': None if isinstance(driver, rules.Unread) else driver,
                   'xid': {'source': log.get('source'), 'complete': log.get('complete'), 'error': log.get('error'),
                           'events': sum(counts.values())},
                   'msg': '%s%s' % (verdict, ': ' + '; '.join(reasons) if reasons else '')}
         if self.missing_library:
             result['missing_library'] = self.missing_library
-        return result, counts
+        return result
 
-    def write_metrics(self, result, counts):
-        """Write the textfile (``textfile_directory``): its path, or None (off, or no such directory)."""
+    def write_metrics(self, result):
+        """Write the textfile (``textfile_directory``): its path, or None (no such directory)."""
         directory = self.params['textfile_directory']
-        text = metrics.render(dict(result, xid_counts=counts))
+        text = metrics.render(result, self.checks, self.raw, self.counts)
         return metrics.write(directory, text, create=self.params.get('textfile_create'))

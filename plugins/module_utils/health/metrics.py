@@ -96,8 +96,9 @@ class Families(object):
         return ''.join(out)
 
 
-def render(health):
-    """The text of ``health`` (the gpu_health result: ``verdict``, ``action``, ``checks``, ``gpus``, ``xid``)."""
+def render(health, checks, raw=None, xid_counts=None):
+    """The text of ``health`` (the gpu_health result: ``verdict``, ``action``, ``gpus``), ``checks`` (every check),
+    ``raw`` (each GPU's values as read, by index) and ``xid_counts`` (``{(bus, code): count}``)."""
     fam = Families()
     fam.add('gpufleet_health_status', (), STATUS[health['verdict']])
     for verdict in VERDICTS:
@@ -105,14 +106,14 @@ def render(health):
     for action in ACTIONS:
         fam.add('gpufleet_health_action', (('action', action),), action == health['action'])
     gpus = dict((gpu['index'], gpu) for gpu in health['gpus'])
-    for result in health['checks']:
+    for result in checks:
         pairs = (('check', result['check']),)
         if result['gpu'] is not None:
             pairs += gpu_labels(gpus.get(result['gpu'], {'index': result['gpu']}))
         fam.add('gpufleet_health_check_status', pairs, STATUS[result['verdict']])
     for gpu in health['gpus']:
-        gpu_values(fam, gpu)
-    for (bus, code), count in sorted(health.get('xid_counts', {}).items()):
+        gpu_values(fam, gpu, (raw or {}).get(gpu['index'], {}))
+    for (bus, code), count in sorted((xid_counts or {}).items()):
         fam.add('gpufleet_gpu_xid_events', (('pci_bus_id', bus), ('code', '%d' % code)), count)
     return fam.text()
 
@@ -121,15 +122,9 @@ def gpu_labels(gpu):
     return (('gpu', '%s' % gpu['index']), ('uuid', gpu.get('uuid') or ''))
 
 
-def read_values(raw):
-    """The values NVML gave (an unread one, ``{'unread': ...}`` in a result, left out)."""
-    return dict((key, value) for key, value in raw.items()
-                if not isinstance(value, Unread) and not (isinstance(value, dict) and 'unread' in value))
-
-
-def gpu_values(fam, gpu):
+def gpu_values(fam, gpu, raw):
     base = gpu_labels(gpu)
-    values = read_values(gpu.get('raw', {}))
+    values = dict((key, value) for key, value in raw.items() if not isinstance(value, Unread))
     fam.add('gpufleet_gpu_info', base + (('pci_bus_id', gpu.get('pci_bus_id') or ''), ('name', gpu.get('name') or '')),
             1)
     ecc = values.get('ecc')

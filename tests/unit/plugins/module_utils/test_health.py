@@ -196,9 +196,9 @@ def test_without_pynvml_the_node_is_unknown_and_says_what_is_missing():
 
     run = HealthRun({'contract': None, 'kernel_log': None}, missing,
                     read_log=lambda run, path: {'source': 'x', 'lines': [], 'complete': True})
-    result, counts = run.evaluate()
+    result = run.evaluate()
     assert (result['verdict'], result['action'], result['missing_library']) == ('UNKNOWN', 'service', 'nvidia-ml-py')
-    assert 'nvidia-ml-py' in result['msg'] and counts == {}
+    assert 'nvidia-ml-py' in result['msg'] and run.counts == {} and run.raw == {}
 
 
 def test_node_states_verdicts_add_the_configuration_and_persistence_wishes():
@@ -212,14 +212,14 @@ def test_node_states_verdicts_add_the_configuration_and_persistence_wishes():
 METRICS_RESULT = {
     'verdict': 'FAIL', 'action': 'reset_gpu',
     'checks': [check('nvml', 'PASS'), check('ecc', 'FAIL', 'reset_gpu', gpu=0)],
-    'gpus': [{'index': 0, 'uuid': 'GPU-"x"\\1', 'name': 'NVIDIA H100\n', 'pci_bus_id': '00000000:18:00.0',
-              'raw': dict(HEALTHY, ecc=dict(HEALTHY['ecc'], volatile_uncorrected=2))}],
-    'xid_counts': {('0000:18:00', 48): 2},
+    'gpus': [{'index': 0, 'uuid': 'GPU-"x"\\1', 'name': 'NVIDIA H100\n', 'pci_bus_id': '00000000:18:00.0'}],
 }
+METRICS_RAW = {0: dict(HEALTHY, ecc=dict(HEALTHY['ecc'], volatile_uncorrected=2))}
+METRICS_XIDS = {('0000:18:00', 48): 2}
 
 
 def test_metrics_text_has_help_type_escaped_labels_and_no_timestamps():
-    text = metrics.render(METRICS_RESULT)
+    text = metrics.render(METRICS_RESULT, METRICS_RESULT['checks'], METRICS_RAW, METRICS_XIDS)
     lines = text.splitlines()
     assert 'gpufleet_health_status 3' in lines
     assert 'gpufleet_health_verdict{verdict="FAIL"} 1' in lines and 'gpufleet_health_verdict{verdict="PASS"} 0' in lines
@@ -266,17 +266,56 @@ def test_a_kernel_log_file_of_kmsg_records_or_dmesg_lines(tmp_path):
     assert 'error' in kernel_log.read(path=str(tmp_path / 'missing'))
     os.symlink(str(log), str(tmp_path / 'link'))
     assert 'error' in kernel_log.read(path=str(tmp_path / 'link'))  # never through a link
-    # not the kernel's device (a container's FIFO or a plain file at /dev/kmsg): the fallbacks are asked
+    # not the kernel's device (a container's FIFO or a plain file at /dev/kmsg): the ring buffer through syslog(2)
+    ring = b'<6>[    0.000000] Linux version 6.1\n<4>[   12.5] NVRM: Xid (PCI:0000:18:00): 79, pid=1, fell off\n'
+    found = kernel_log.read(kmsg=str(log), klogctl=Klogctl(ring))
+    assert found == {'source': 'syslog(2)', 'lines': ['<4>[   12.5] NVRM: Xid (PCI:0000:18:00): 79, pid=1, fell off'],
+                     'complete': True}
+    assert kernel_log.read(kmsg=str(log), klogctl=Klogctl(ring[ring.index(b'<4>'):]))['complete'] is False
+    # syslog(2) refused (a container without CAP_SYSLOG): the journal
     answers = {'journalctl': (0, 'NVRM: Xid (PCI:0000:18:00): 13, pid=1\nother\n', '')}
-    found = kernel_log.read(lambda argv: answers.get(argv[0], (1, '', 'no')), kmsg=str(log))
+    found = kernel_log.read(lambda argv: answers.get(argv[0], (1, '', 'no')), kmsg=str(log), klogctl=Klogctl(None))
     assert (found['source'], found['lines']) == ('journal', ['NVRM: Xid (PCI:0000:18:00): 13, pid=1'])
-    found = kernel_log.read(lambda argv: (1, '', 'denied'), kmsg=str(log))
+    found = kernel_log.read(lambda argv: (1, '', 'denied'), kmsg=str(log), klogctl=Klogctl(None))
     assert 'no kernel log could be read' in found['error'] and 'denied' in found['error']
+    assert 'syslog(2) refused' in found['error']
+
+
+class Klogctl(object):
+    """syslog(2) as libc's klogctl answers it: the ring buffer ``ring``, or EPERM (-1) when None."""
+
+    def __init__(self, ring):
+        self.ring = ring
+
+    def __call__(self, action, buffer, size):
+        if self.ring is None:
+            return -1
+        if action == kernel_log.SYSLOG_ACTION_SIZE_BUFFER:
+            return 1 << 17
+        buffer.raw = self.ring + b'\0' * (size - len(self.ring))
+        return len(self.ring)
 
 
 def test_metrics_leave_out_what_nvml_did_not_give():
-    raw = dict(HEALTHY, fabric={'unread': 'NotSupported', 'message': 'Not Supported'},
-               ecc={'unread': 'FunctionNotFound', 'message': 'Function Not Found'})
-    text = metrics.render(dict(METRICS_RESULT, gpus=[dict(METRICS_RESULT['gpus'][0], raw=raw)]))
+    raw = dict(HEALTHY, fabric=rules.Unread('NotSupported', 'Not Supported'),
+               ecc=rules.Unread('FunctionNotFound', 'Function Not Found'))
+    text = metrics.render(METRICS_RESULT, [], {0: raw})
     assert 'gpufleet_gpu_fabric_state' not in text and 'gpufleet_gpu_ecc_errors' not in text
     assert 'gpufleet_gpu_remapped_rows{' in text
+
+
+def test_gpu_nodes_argument_spec_validates_the_contract_key_by_key():
+    # the role's spec (written by scripts/sync-roles from the module's documentation) holds every key of the contract,
+    # so a bad contract is refused before anything runs, as the module itself would refuse it
+    import yaml
+    root = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..')
+    with open(os.path.join(root, 'roles', 'gpu_node', 'meta', 'argument_specs.yml')) as handle:
+        entry = yaml.safe_load(handle)['argument_specs']['main']['options']['gpu_node_contract']
+    assert sorted(entry['options']) == sorted(contract.SPEC)
+    assert sorted(entry['options']['thresholds']['options']) == sorted(contract.THRESHOLDS)
+    spec = {'gpu_node_contract': entry}
+    for given, words in (({'gpu_cuont': 8}, ['gpu_cuont']), ({'mig_mode': 'on'}, ['mig_mode']),
+                         ({'thresholds': {'retired_pages': 'x'}}, ['retired_pages', 'thresholds'])):
+        message = ' '.join(ArgumentSpecValidator(spec).validate({'gpu_node_contract': given}).error_messages)
+        assert all(word in message for word in words), message
+    assert not ArgumentSpecValidator(spec).validate({'gpu_node_contract': {'gpu_count': '8'}}).error_messages
