@@ -89,8 +89,8 @@ class HealthRun(object):
                 checks.append(rules.unread_check('nvml', sample['index'], sample['lost']))
                 continue
             checks.extend(rules.gpu_checks(sample, self.contract, wishes.get(sample['index'])))
-        if not node.get('error'):
-            checks.extend(rules.xid_checks(log, node['gpus'], self.contract))
+        # without NVML every XID is the node's (a GPU that fell off the bus may be why NVML cannot start)
+        checks.extend(rules.xid_checks(log, node['gpus'], self.contract))
         if self.verdicts is not None:
             checks.append(configuration_check(self.verdicts))
         checks = self.checks = [c for c in checks if c['check'] not in self.contract.ignored]

@@ -224,7 +224,10 @@ def gpu_checks(sample, contract, wanted_persistence=None):
     another concern wants for this GPU, else the contract's ``persistence_mode``."""
     index, values, found = sample['index'], sample['values'], []
     model = contract.get('gpu_model')
-    if model and not fnmatch.fnmatchcase(sample['name'], model):
+    if model and sample['name'] is None:
+        found.append(check('model', 'UNKNOWN', gpu=index, threshold=model, source=contract.source('gpu_model'),
+                           reason='NVML gave no name for this GPU'))
+    elif model and not fnmatch.fnmatchcase(sample['name'], model):
         found.append(check('model', 'FAIL', 'service', index, sample['name'], model, contract.source('gpu_model'),
                            reason='%s, the contract wants %s' % (sample['name'], model)))
     else:

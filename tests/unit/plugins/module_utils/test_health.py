@@ -319,3 +319,17 @@ def test_gpu_nodes_argument_spec_validates_the_contract_key_by_key():
         message = ' '.join(ArgumentSpecValidator(spec).validate({'gpu_node_contract': given}).error_messages)
         assert all(word in message for word in words), message
     assert not ArgumentSpecValidator(spec).validate({'gpu_node_contract': {'gpu_count': '8'}}).error_messages
+
+
+def test_xids_count_when_nvml_cannot_start_and_a_gpu_without_a_name_is_not_a_crash():
+    def no_driver():
+        raise ImportError('No module named pynvml')
+
+    log = {'source': 'test', 'lines': LOG, 'complete': True}
+    result = HealthRun({'contract': None, 'kernel_log': None}, no_driver, read_log=lambda run, path: log).evaluate()
+    xids = [c for c in result['checks'] if c['check'] == 'xid']
+    assert [(c['gpu'], c['verdict'], c['action']) for c in xids] == [(None, 'FAIL', 'reboot_node')]
+    assert result['verdict'] == 'FAIL'  # the XIDs say more than the missing library does
+    nameless = dict(sample(), name=None)
+    found = verdicts(rules.gpu_checks(nameless, contract.Contract({'gpu_model': 'NVIDIA H100*'})))
+    assert found['model'] == ('UNKNOWN', 'none')
