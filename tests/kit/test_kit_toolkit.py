@@ -239,3 +239,40 @@ def test_every_spelling_of_the_mode_the_runtime_reads_is_refused_by_runtime_mode
             assert ours == "refused", seen
     if table == "nvidia-container-runtime":
         assert seen["MODE"][0], "the runtime no longer reads MODE: %s" % seen  # what the refusal is for
+
+
+def test_a_spec_made_while_the_persistence_daemon_was_stopped_is_stale_once_it_runs(gpu_host):
+    # nvidia-ctk mounts the daemon's socket only when it exists as it generates (NVIDIA's own behaviour, measured
+    # here with its real generator): the spec of a stop/start flow lacks it or names one that is gone
+    import socket
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import spec as cdi_spec
+    run_dir = os.path.join(gpu_host.dir, "run", "nvidia-persistenced")
+    os.makedirs(run_dir, exist_ok=True)
+    specs = {}
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(os.path.join(run_dir, "socket"))
+        listener.listen(1)
+        for name in ("running", "stopped"):
+            if name == "stopped":
+                listener.close()
+                os.unlink(os.path.join(run_dir, "socket"))
+            spec_file = os.path.join(gpu_host.dir, "%s.yaml" % name)
+            proc = nsrun(gpu_host, ["nvidia-ctk", "cdi", "generate", "--output", spec_file])
+            assert proc.returncode == 0, proc.stderr
+            with open(spec_file) as handle:
+                specs[name] = handle.read()
+    finally:
+        listener.close()
+    running, stopped = (cdi_spec.parse_yaml_spec(specs[name]) for name in ("running", "stopped"))
+    assert len(running["sockets"]) == 1 and running["sockets"][0].endswith("/nvidia-persistenced/socket")
+    assert stopped["sockets"] == [] and running["devices"] == stopped["devices"]
+    socket_path = running["sockets"][0]
+    assert cdi_spec.differences(stopped, running) == [
+        "%s exists now and the spec does not mount it (made while its daemon was stopped)" % socket_path]
+    assert cdi_spec.differences(running, stopped) == [
+        "the spec mounts %s, which is gone (its daemon stopped or removed)" % socket_path]
+    # the same from the outline read without PyYAML
+    outline = dict((name, cdi_spec.outline_yaml(specs[name])) for name in specs)
+    assert outline["running"]["sockets"] == [socket_path] and outline["stopped"]["sockets"] == []
+    assert cdi_spec.differences(outline["stopped"], outline["running"]) == cdi_spec.differences(stopped, running)

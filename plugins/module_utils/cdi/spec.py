@@ -340,6 +340,24 @@ def _driver_versions(edits, where):
     return from_hooks, from_libraries
 
 
+# The daemons' sockets nvidia-ctk mounts only when they exist at generation time: the persistence daemon's and the
+# fabric manager's.
+SOCKET_RE = re.compile(r'/nvidia-(persistenced|fabricmanager)/socket\Z')
+_SOCKET_TEXT_RE = re.compile(r'^\s*-?\s*hostPath: ["\']?(\S*/nvidia-(?:persistenced|fabricmanager)/socket)["\']?\s*$',
+                             re.MULTILINE)
+
+
+def _sockets(edits, where):
+    """The daemons' sockets the common edits mount (their host paths), sorted."""
+    found = set()
+    for position, mount in enumerate(_list(edits, 'mounts', where)):
+        mount_where = '%s.mounts[%d]' % (where, position)
+        path = _string(_object(mount, mount_where), 'hostPath', mount_where)
+        if SOCKET_RE.search(path):
+            found.add(path)
+    return sorted(found)
+
+
 def parse_spec(text):
     """The parts of a CDI spec (JSON text or bytes) that say which driver and GPUs it was made for.
 
@@ -399,6 +417,7 @@ def _summary(document):
         'driver_version': version,
         'driver_version_source': source,
         'common_device_nodes': [n['path'] for n in _device_nodes(common, 'containerEdits')],
+        'sockets': _sockets(common, 'containerEdits'),
     }
 
 
@@ -425,7 +444,8 @@ def outline_yaml(text):
     versions = set(_HOOK_VERSION_TEXT_RE.findall(text))
     if kind is None or not devices or len(versions) > 1:
         return None
-    return {'kind': kind, 'devices': devices, 'driver_version': versions.pop() if versions else None}
+    return {'kind': kind, 'devices': devices, 'driver_version': versions.pop() if versions else None,
+            'sockets': sorted(set(_SOCKET_TEXT_RE.findall(text)))}
 
 
 # --------------------------------------------------------------------------
@@ -447,4 +467,11 @@ def differences(old, new):
         reasons.append('devices not in the spec: %s' % ', '.join(added))
     if gone:
         reasons.append('devices in the spec that are gone: %s' % ', '.join(gone))
+    # nvidia-ctk mounts a daemon's socket only if it existed when it ran: a spec made while the persistence daemon was
+    # stopped lacks it, one made before it was removed names a socket that is gone
+    old_sockets, new_sockets = set(old.get('sockets') or ()), set(new.get('sockets') or ())
+    for path in sorted(new_sockets - old_sockets):
+        reasons.append('%s exists now and the spec does not mount it (made while its daemon was stopped)' % path)
+    for path in sorted(old_sockets - new_sockets):
+        reasons.append('the spec mounts %s, which is gone (its daemon stopped or removed)' % path)
     return reasons or ['the devices\' nodes, libraries or hooks changed']

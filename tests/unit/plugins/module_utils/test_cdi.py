@@ -355,7 +355,8 @@ containerEdits:
 
 def test_nvidia_ctks_yaml_is_outlined_without_a_yaml_parser():
     assert cdi.outline_yaml(CTK_YAML) == {'kind': 'nvidia.com/gpu', 'driver_version': '535.171.04',
-                                          'devices': ['0', 'GPU-0000a100-1111-2222-3333-000000000000', 'all']}
+                                          'devices': ['0', 'GPU-0000a100-1111-2222-3333-000000000000', 'all'],
+                                          'sockets': []}
     # what PyYAML reads from the same text
     import yaml
     document = yaml.safe_load(CTK_YAML)
@@ -409,7 +410,8 @@ def test_nvidia_ctks_yaml_is_read_as_its_json(yaml_loader):
     assert cdi.parse_yaml_spec(SPEC_JSON) == cdi.parse_spec(SPEC_JSON)  # JSON text in a .yaml file
     assert cdi.parse_yaml_spec(SPEC_JSON.encode()) == cdi.parse_spec(SPEC_JSON)
     summary = cdi.parse_yaml_spec(CTK_YAML)
-    assert dict((key, summary[key]) for key in ('kind', 'devices', 'driver_version')) == cdi.outline_yaml(CTK_YAML)
+    assert dict((key, summary[key]) for key in ('kind', 'devices', 'driver_version', 'sockets')) == cdi.outline_yaml(
+        CTK_YAML)
 
 
 @pytest.mark.parametrize('kind', ['list', 'map'])
@@ -524,3 +526,24 @@ def test_yaml_that_is_no_spec_is_a_cdi_spec_error(yaml_loader, text, message):
     with pytest.raises(cdi.CdiSpecError) as raised:
         cdi.parse_yaml_spec(text)
     assert message in str(raised.value)
+
+
+SOCKET_MOUNT = ('{"hostPath":"/run/nvidia-persistenced/socket","containerPath":"/run/nvidia-persistenced/socket",'
+                '"options":["ro","nosuid","nodev","bind","noexec"]},')
+
+
+def test_a_spec_without_the_daemons_socket_that_now_exists_is_stale_and_says_why():
+    with_socket = cdi.parse_spec(SPEC_JSON.replace('"mounts":[', '"mounts":[' + SOCKET_MOUNT))
+    without = cdi.parse_spec(SPEC_JSON)
+    assert with_socket['sockets'] == ['/run/nvidia-persistenced/socket'] and without['sockets'] == []
+    assert cdi.differences(without, with_socket) == [
+        '/run/nvidia-persistenced/socket exists now and the spec does not mount it (made while its daemon was stopped)']
+    assert cdi.differences(with_socket, without) == [
+        'the spec mounts /run/nvidia-persistenced/socket, which is gone (its daemon stopped or removed)']
+    # the driver's own reasons come first, the socket's after
+    newer = dict(with_socket, driver_version='550.163.01')
+    assert cdi.differences(without, newer)[0] == 'driver 550.163.01, the spec names 535.171.04'
+    # a library path that merely ends like a socket elsewhere is not one
+    other = cdi.parse_spec(SPEC_JSON.replace('"mounts":[', '"mounts":[' + SOCKET_MOUNT.replace(
+        'nvidia-persistenced/socket', 'nvidia-persistenced/socket.bak')))
+    assert other['sockets'] == []
