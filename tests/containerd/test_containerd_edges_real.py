@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
-from .conftest import DEFAULT, LabService
+from .conftest import DEFAULT, RUNTIMES, LabService
 from .crilog import runtimes as cri_runtimes
 
 RUNTIME = '/usr/bin/nvidia-container-runtime'
@@ -148,3 +148,27 @@ def test_absent_that_would_leave_a_dead_default_says_how_to_go_on(lab_containerd
     result, _service = converge(lab, state='absent')
     assert result['action'] == 'restart' and cd.BEGIN.encode() not in read(lab.config)
     assert cri_started_with(lab) == ('runc', ['runc']) and cri_status(lab) == 'ok'
+
+
+# runc with an empty runtime_type (containerd runs the runc v2 shim for it), as some installers write it
+EMPTY_TYPE = '''[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "runc"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = ""
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+    SystemdCgroup = true
+'''
+
+
+@pytest.mark.config_toml(EMPTY_TYPE, grpc_last=True)
+def test_a_runc_template_with_an_empty_runtime_type_gives_nvidia_its_systemd_cgroup(lab_containerd):
+    # NVIDIA's nvidia-ctk copies such a runc (SystemdCgroup included) and sets runtime_type to runc v2; so do we
+    lab = lab_containerd
+    result, service = converge(lab)
+    assert result['action'] == 'restart' and service.restarts == 1, result
+    nvidia = cd.get(lab.dump(), RUNTIMES + ('nvidia',))
+    assert nvidia['runtime_type'] == 'io.containerd.runc.v2'
+    assert nvidia['options'] == {'BinaryName': RUNTIME, 'SystemdCgroup': True}
+    assert cri_started_with(lab)[1] == ['nvidia', 'runc'] and cri_status(lab) == 'ok'
+    again, service = converge(lab)
+    assert again['action'] == 'none' and not again['file_changed'] and service.restarts == 0

@@ -124,11 +124,13 @@ def default_before_ours(config, schema, effective_default):
 
 def choose_template(runtimes, default_name, name):
     """``(name, runtime)`` the new runtime copies, NVIDIA's order: the default runtime, runc, crun; never an nvidia*
-    runtime or the runtime itself, and only a runc v2 runtime (BinaryName is an option of the runc v2 shim)."""
+    runtime or the runtime itself, and only a runc v2 runtime (BinaryName is an option of the runc v2 shim). An
+    empty or missing ``runtime_type`` is runc v2, as containerd runs it and as NVIDIA's ``nvidia-ctk runtime
+    configure`` copies it (its options, ``SystemdCgroup`` among them, with the type set to runc v2)."""
     for candidate in (default_name,) + TEMPLATES:
         runtime = runtimes.get(candidate)
         if candidate and candidate != name and not candidate.startswith('nvidia') and isinstance(runtime, dict) \
-                and runtime.get('runtime_type', RUNC_V2) == RUNC_V2:
+                and (runtime.get('runtime_type') or RUNC_V2) == RUNC_V2:
             return candidate, runtime
     return None, {}
 

@@ -259,6 +259,9 @@ def runc(**options):
     ('nvidia-legacy', {'crun': runc(BinaryName='/usr/bin/crun')}, 'crun'),
     ('kata', {'kata': dict(runc(), runtime_type='io.containerd.kata.v2'), 'runc': runc()}, 'runc'),
     ('runc', {}, None),
+    # an empty runtime_type is runc v2 (containerd runs the runc v2 shim; NVIDIA's tool copies it and sets the type)
+    ('runc', {'runc': dict(runc(SystemdCgroup=True), runtime_type='')}, 'runc'),
+    ('runc', {'runc': {'options': {'SystemdCgroup': True}}}, 'runc'),
 ])
 def test_the_template_is_the_default_then_runc_then_crun_and_only_runc_v2(default, runtimes, template):
     assert containerd_plan.choose_template(runtimes, default, 'nvidia')[0] == template
@@ -276,6 +279,13 @@ def test_the_template_is_copied_whole_but_binary_name_and_runtime_type():
     block = plan.text[len(text):]
     assert '  pod_annotations = ["a/*"]\n' in block and '    NoPivotRoot = true\n' in block
     assert cd.loads(plan.text, 'x')['plugins']['io.containerd.grpc.v1.cri']['containerd']['runtimes']['nvidia'] == want
+
+
+def test_a_runc_template_with_an_empty_runtime_type_gives_its_systemd_cgroup_to_nvidia():
+    template = dict(runc(SystemdCgroup=True), runtime_type='')
+    want = containerd_plan.desired_runtime(apply.Request(runtime_path=RUNTIME), template)
+    assert want['runtime_type'] == 'io.containerd.runc.v2'
+    assert want['options'] == {'SystemdCgroup': True, 'BinaryName': RUNTIME}
 
 
 def test_the_sandboxer_the_cri_plugin_implies_is_not_copied_and_a_block_carrying_it_is_kept():
