@@ -25,6 +25,7 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import config as cd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import facts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 
 from .conftest import CONTAINERD, CONTAINERD2, RUNTIMES, SANDBOX_IMAGE, LabContainerd, engines, settings
@@ -165,3 +166,50 @@ def test_a_host_upgraded_to_containerd_2_keeps_the_block_then_config_migrate(lab
     finally:
         new.cleanup()
         shutil.rmtree(base, ignore_errors=True)
+
+
+# A drop-in in version 3's names, as a containerd 2.x's `config dump` gives it (NVIDIA's installer writes one so).
+DROP_IN_OTHER_VERSION = '''version = %d
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
+  runtime_type = 'io.containerd.runc.v2'
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
+    BinaryName = '%s'
+    SystemdCgroup = true
+'''
+
+
+def test_a_drop_in_of_another_config_version_is_reported_before_any_restart(lab_containerd):
+    # measured with `config dump`: 1.6 reads an imported file whatever its version (version 3's tables silently
+    # ignored), 1.7 refuses one above 2 without naming it, 2.1 refuses one above 3 and migrates the others
+    lab = lab_containerd
+    version = facts.Tools(lab.run).version()
+    os.mkdir(os.path.join(lab.base, 'conf.d'))
+    with open(lab.config, 'w') as handle:
+        handle.write('version = 2\nimports = ["%s/conf.d/*.toml"]\n' % lab.base + settings(lab.base) + KUBE)
+    lab.restart()
+    drop_in = os.path.join(lab.base, 'conf.d', '99-nvidia.toml')
+    original, pid = read(lab.config), lab.pid()
+    refused = 4 if CONTAINERD2 else 3
+    with open(drop_in, 'w') as handle:  # after containerd started: a restart now would not come back
+        handle.write(DROP_IN_OTHER_VERSION % (refused, RUNTIME))
+    if version[:2] == (1, 6):
+        result, service = converge(lab)
+        warned = [w for w in result['warnings'] if '99-nvidia.toml declares config version 3, the main file 2' in w]
+        assert warned and 'silently ignored' in warned[0], result['warnings']
+        assert result['action'] == 'restart' and service.restarts == 1  # our registration: 1.6 ignores the drop-in's
+        assert cri_status(lab) == 'ok'
+        return
+    with pytest.raises(GpufleetError, match=r'99-nvidia.toml declares config version %d, the main file 2: containerd '
+                                            r'[0-9.]+ refuses it' % refused):
+        converge(lab)
+    assert read(lab.config) == original and lab.pid() == pid  # nothing written, containerd never restarted
+    if CONTAINERD2:
+        # version 3 beside the version 2 main file: 2.1 would drop the main file's runc settings (measured below)
+        with open(drop_in, 'w') as handle:
+            handle.write(DROP_IN_OTHER_VERSION % (3, RUNTIME))
+        rc, dumped, err = lab.run([CONTAINERD, '--config', lab.config, 'config', 'dump'])
+        assert rc == 0 and "SystemdCgroup = false" in dumped.split("runtimes.runc.options]")[1][:600], err
+        with pytest.raises(GpufleetError, match=r'99-nvidia.toml declares config version 3, the main file 2: '
+                                                r'containerd [0-9.]+ then drops settings of the main file'):
+            converge(lab)
+        assert read(lab.config) == original and lab.pid() == pid

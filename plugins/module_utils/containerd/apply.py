@@ -117,9 +117,12 @@ class Converge(object):
             result['schema'] = schema.version
             before, error = self.tools.dump(real if current.exists else None)
             if before is None:
-                raise DocumentError('%s: containerd already refuses this file, nothing was changed: %s'
-                                    % (request.path, error))
+                hints = containerd_effective.import_versions(config.version, declared_versions(real, config, version),
+                                                             version)
+                raise DocumentError('%s: containerd already refuses this file, nothing was changed: %s%s'
+                                    % (request.path, error, ''.join('; ' + hint for hint, _refused in hints)))
             imports = self.imported_files(real, config, before, version)
+            self.check_import_versions(config, imports, version)
             defined_in = self.check_imports(real, config, imports, version)
             containerd_cdi.check_cdi_request(request, request.path, before, dschema, result['containerd_version'] or 'unknown')
             self.check_cdi_imports(imports, before, dschema)
@@ -192,17 +195,21 @@ class Converge(object):
         while queue:
             source, values = queue.pop(0)
             for pattern, glob in containerd_effective.import_patterns(values, source, os.getcwd(), True):
-                paths = [pattern]
-                if glob:
-                    last = os.path.basename(pattern)
-                    paths = sorted(os.path.join(directory, name)
-                                   for directory in host_paths.check_pattern(pattern, reader='containerd', glob=True)
-                                   for name in _names(directory) if host_paths.glob_match(name, last))
-                for path in paths:
+                for path in matches(pattern, glob):
                     values = read(path)
                     if values is not None:
                         queue.append((path, values))
         return found
+
+    def check_import_versions(self, config, imports, version):
+        """An imported file of another config version than the main file's: refused where containerd would not read
+        it as written, else a warning (``containerd_effective.import_versions``)."""
+        found = containerd_effective.import_versions(
+            config.version, dict((path, values.get('version')) for path, values in imports.items()), version)
+        refused = [text for text, refuse in found if refuse]
+        if refused:
+            raise DocumentError('%s: nothing was changed: %s' % (self.request.path, '; '.join(refused)))
+        self.warnings.extend(text for text, unused in found)
 
     def check_imports(self, real, config, imports, version):
         """The files containerd imports (``imported_files``), and every directory its ``imports`` patterns can
@@ -326,6 +333,35 @@ class Converge(object):
 
     def write(self, real, current, text):
         self.result['backup_file'] = host_files.replace_config(real, text, current, self.backup, self.label)
+
+
+def matches(pattern, glob):
+    """The files an ``imports`` entry names, as containerd finds them: a glob's matches sorted, every directory it
+    looks in checked first (``check_pattern``)."""
+    if not glob:
+        return [pattern]
+    last = os.path.basename(pattern)
+    return sorted(os.path.join(directory, name)
+                  for directory in host_paths.check_pattern(pattern, reader='containerd', glob=True)
+                  for name in _names(directory) if host_paths.glob_match(name, last))
+
+
+def declared_versions(real, config, version):
+    """``{path: version}`` the files the main file imports declare (its own patterns, one level), for the message of
+    a file containerd refuses, when its dump (which lists them) cannot be had. A file that cannot be read is left
+    out: containerd's own error stands."""
+    found = {}
+    for pattern, glob in containerd_effective.import_patterns(config.values, real, os.getcwd(),
+                                                              containerd_effective.globs_from_file(version)):
+        for path in matches(pattern, glob):
+            try:
+                imported = host_files.read_file(path, host_paths.resolve_path(path, reader='containerd'),
+                                                cd.MAX_CONFIG_BYTES, reader='containerd')
+                if imported.exists:
+                    found[path] = cd.loads(imported.text, path).get('version')
+            except (GpufleetError, OSError):
+                continue
+    return found
 
 
 def decide(request, pid, file_changed, stale):

@@ -55,6 +55,52 @@ def import_patterns(values, source, cwd, globs_from_file=False):
     return found
 
 
+# What each containerd does with an imported file whose `version` differs from the main file's, measured with
+# `config dump`: 1.6.20 reads an imported file's tables by their names whatever its version says (version 3's names
+# are silently ignored); 1.7.24 refuses a file above 2 ("containerd config version `3` is not supported, the max
+# version is `2`", naming no file); 2.1.9 refuses one above 3 (a drop-in NVIDIA's installer makes from a newer
+# containerd's `config dump`, version 4) and, given a version 3 drop-in that sets the CRI runtime plugin beside a
+# version 2 main file, drops the main file's settings for that plugin (runc's `SystemdCgroup = true` read as false,
+# its sandbox image back to the default).
+def max_import_version(version):
+    """The highest ``version`` this containerd (``(major, minor, ...)``) takes in an imported file; None: any."""
+    if not version:
+        return None
+    if version[0] >= 2:
+        return 3
+    return 2 if version[:2] >= (1, 7) else None
+
+
+def _integer(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def import_versions(root_version, declared, version):
+    """``[(message, refused)]`` for the imported files whose ``version`` differs from the main file's (``declared``:
+    ``{path: its version}``), saying what this containerd does with each; ``refused``: the module must change
+    nothing (containerd refuses the file, or reads the main file otherwise than it says)."""
+    found = []
+    shown = '.'.join(str(part) for part in version) if version else 'unknown'
+    for path, file_version in sorted(declared.items()):
+        if not _integer(file_version) or not _integer(root_version) or file_version == root_version:
+            continue
+        limit = max_import_version(version)
+        if limit is not None and file_version > limit:
+            what, refused = 'containerd %s refuses it (it reads up to version %d)' % (shown, limit), True
+        elif version and version[0] >= 2:
+            what, refused = ('containerd %s then drops settings of the main file for a plugin both set (measured on '
+                             '2.1.9: runc\'s SystemdCgroup = true read as false)' % shown), True
+        elif file_version > 2:
+            what, refused = ('containerd %s reads its tables by their names whatever its version, so tables under '
+                             'version %d names are silently ignored' % (shown, file_version)), False
+        else:
+            continue
+        found.append(('%s declares config version %d, the main file %d: %s. Rewrite it in the main file\'s version '
+                      '(a drop-in made from a newer containerd\'s `config dump`, as NVIDIA\'s installer writes one, '
+                      'is not)' % (path, file_version, root_version, what), refused))
+    return found
+
+
 def probe_text(text, path, directory, globs_from_file=False):
     """``text`` to be read from standard input as if it were the file ``path`` in ``directory``: the relative
     imports containerd takes from the file's directory (``relative_to_file``) made absolute; every other byte as

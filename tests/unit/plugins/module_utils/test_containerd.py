@@ -382,3 +382,21 @@ def test_the_probe_names_absolutely_what_containerd_takes_from_the_files_directo
     assert cd.loads(one, 'x')['imports'] == ['conf.d/*.toml', '/etc/c/extra.toml', '/etc/abs/*.toml']
     assert cd.loads(two, 'x')['imports'] == ['/etc/c/conf.d/*.toml', '/etc/c/extra.toml', '/etc/abs/*.toml']
     assert containerd_effective.globs_from_file(None) is False
+
+
+@pytest.mark.parametrize('version, declared, wanted', [
+    ((1, 6, 20), {'/d/99.toml': 3}, [('silently ignored', False)]),
+    ((1, 7, 24), {'/d/99.toml': 3}, [('refuses it (it reads up to version 2)', True)]),
+    ((2, 1, 9), {'/d/99.toml': 4}, [('refuses it (it reads up to version 3)', True)]),
+    ((2, 1, 9), {'/d/99.toml': 3}, [('drops settings of the main file', True)]),
+    ((2, 1, 9), {'/d/99.toml': 2, '/d/a.toml': None, '/d/b.toml': True, '/d/c.toml': '3'}, []),
+    ((1, 6, 20), {'/d/99.toml': 1}, []),
+])
+def test_an_imported_file_of_another_config_version_is_reported(version, declared, wanted):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import effective
+    found = effective.import_versions(2, declared, version)
+    assert [(next(w for w, unused in wanted if w in text) if wanted else text, refused)
+            for text, refused in found] == wanted
+    for text, unused in found:
+        assert text.startswith('/d/99.toml declares config version')
+    assert effective.import_versions(None, {'/d/99.toml': 3}, version) == []  # a main file without a version
