@@ -64,6 +64,16 @@ FAULTS = [
     ({"nvlink": [True, True, False, True]}, "nvlink", "WARN", "reset_gpu"),
     ({"fabric": {"state": 1, "status": 0, "clique_id": 0, "health_mask": 0}}, "fabric", "FAIL", "service"),
     ({"fabric": {"state": 2, "status": 0, "clique_id": 0, "health_mask": 0}}, "fabric", "WARN", "drain"),
+    ({"fabric": {"state": 3, "status": 0, "clique_id": 1, "health_mask": 4}}, "fabric", "WARN", "service"),
+    ({"ecc_mode": {"current": 0, "pending": 0}}, "ecc", "WARN", "service"),
+    ({"sram_ecc": {"volatile_uncorrectable_parity": 2}}, "sram_ecc", "WARN", "reset_gpu"),
+    ({"recovery_action": 1}, "recovery_action", "FAIL", "reset_gpu"),
+    ({"recovery_action": 4}, "recovery_action", "FAIL", "reset_gpu"),
+    ({"recovery_action": 7}, "recovery_action", "FAIL", "reboot_node"),
+    ({"clocks_event_reasons": 0x80}, "clocks", "WARN", "service"),
+    ({"temperature": 89}, "temperature", "WARN", "service"),
+    ({"temperature": 80, "temperature_thresholds": {"shutdown": 85, "slowdown": 80}}, "temperature", "WARN", "service"),
+    ({"nvlink": [False] * 4}, "nvlink", "PASS", "none"),
 ]
 
 
@@ -73,10 +83,12 @@ def test_each_fault_gives_its_verdict_on_its_gpu_alone(make_host, health, check,
     with_health(host, 1, **health)
     rc, result = run_module(host, "gpu_health", check_mode=True)
     assert rc == 0, result
-    found = by_check(result, 1)[check]
-    assert (found["verdict"], found["action"]) == (verdict, action), found
     assert (result["verdict"], result["gpus"][1]["verdict"], result["gpus"][0]["verdict"]) == (verdict, verdict, "PASS")
-    assert [(c["gpu"], c["check"]) for c in result["checks"]] == [(1, check)]  # the failing check alone, in full
+    if verdict == "PASS":  # a state the check does not count: no NVLink bridge at all is not a link down
+        assert result["checks"] == [] and sorted(result["passed"][check]) == [0, 1]
+        return
+    # the failing check alone, in full, with its action; the same check passed on the other GPU
+    assert [(c["gpu"], c["check"], c["verdict"], c["action"]) for c in result["checks"]] == [(1, check, verdict, action)]
     assert result["passed"][check] == [0]
 
 
@@ -161,3 +173,17 @@ def test_metrics_are_written_atomically_and_cleared_with_the_fault(host):
     rc, result = run_module(host, "gpu_health", textfile_directory=directory)
     assert result["verdict"] == "PASS" and "gpufleet_health_status 0\n" in open(path).read()
     assert os.listdir(directory) == ["gpufleet_health.prom"]
+
+
+def test_mig_against_the_contract_and_a_pending_change(make_host):
+    host = make_host(gpus=2)
+    desc = host.description
+    desc["gpus"][1]["name"] = "NVIDIA H100 80GB HBM3"  # a MIG-capable board
+    desc["gpus"][1]["mig_mode"] = {"current": 0, "pending": 1}
+    host.set_description(desc)
+    rc, result = run_module(host, "gpu_health", check_mode=True)
+    assert rc == 0 and (by_check(result, 1)["mig"]["verdict"], by_check(result, 1)["mig"]["action"]) == (
+        "WARN", "reset_gpu"), result
+    rc, result = run_module(host, "gpu_health", check_mode=True, contract={"mig_mode": "enabled"})
+    mig = by_check(result, 1)["mig"]
+    assert (mig["verdict"], mig["action"], mig["value"], mig["threshold"]) == ("FAIL", "service", "disabled", "enabled")
