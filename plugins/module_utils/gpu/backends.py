@@ -32,6 +32,7 @@ import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu.pci import parse_pci_bus_id
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 
 # pynvml is imported when NVML is first needed (no persistence daemon answers, or backend=nvml), not with this
@@ -135,7 +136,7 @@ def read_proc_gpus(proc_gpus=PROC_GPUS):
                     key, sep, value = line.partition(':')
                     if sep:
                         fields[key.strip()] = value.strip()
-            bus = rpc.parse_pci_bus_id(fields.get('Bus Location', entry))
+            bus = parse_pci_bus_id(fields.get('Bus Location', entry))
             minor = int(fields['Device Minor'])
         except (IOError, OSError, KeyError, ValueError) as exc:
             raise GpuError('%s: cannot read %s: %s' % (host(), path, exc))
@@ -198,12 +199,12 @@ def resolve(gpus, selector):
                 return gpu
     else:
         try:
-            wanted = rpc.parse_pci_bus_id(text)
+            wanted = parse_pci_bus_id(text)
         except ValueError:
             raise GpuError('%s: %r is not a GPU index, UUID (GPU-...) or PCI bus id (00000000:01:00.0 or 01:00.0). '
                            'GPUs here: %s' % (host(), selector, list_gpus(gpus)))
         for gpu in gpus:
-            if rpc.parse_pci_bus_id(gpu['pci_bus_id']).same_slot(wanted):
+            if parse_pci_bus_id(gpu['pci_bus_id']).same_slot(wanted):
                 return gpu
     raise GpuError('%s: no GPU matches %r. GPUs here: %s' % (host(), selector, list_gpus(gpus)))
 
@@ -337,7 +338,7 @@ class NvmlBackend(object):
             handle = self._call('opening GPU %d' % index, nv.nvmlDeviceGetHandleByIndex, index)
             stub = {'index': index, 'uuid': None, 'pci_bus_id': '?'}
             pci = self._call('reading the PCI address of', nv.nvmlDeviceGetPciInfo, handle, gpu=stub)
-            stub['pci_bus_id'] = rpc.parse_pci_bus_id(_text(pci.busId)).nvml
+            stub['pci_bus_id'] = parse_pci_bus_id(_text(pci.busId)).nvml
             stub['uuid'] = _text(self._call('reading the UUID of', nv.nvmlDeviceGetUUID, handle, gpu=stub))
             stub['name'] = _text(self._call('reading the name of', nv.nvmlDeviceGetName, handle, gpu=stub))
             stub['minor'] = self._call('reading the minor number of', nv.nvmlDeviceGetMinorNumber, handle, gpu=stub)

@@ -20,7 +20,7 @@ program 35006, AUTH_NONE:
 Every call returns a daemon status (0 success, 1-11 errors); each non-zero
 status and each RPC-level rejection raises a typed ``PersistencedError``
 subclass whose message names the socket and, where there is one, the GPU.
-Standard library only; runs on Python 3.8+ on the managed host.
+Standard library only (and ``gpu.pci``, which is too); runs on Python 3.8+ on the managed host.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -29,12 +29,12 @@ __metaclass__ = type
 
 import errno
 import os
-import re
 import socket
 import stat
 import struct
 import time
-from collections import namedtuple
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu.pci import parse_pci_bus_id
 
 DEFAULT_SOCKET_PATH = "/var/run/nvidia-persistenced/socket"
 DEFAULT_TIMEOUT = 5.0
@@ -59,58 +59,6 @@ _MSG_ACCEPTED = 0
 _MSG_DENIED = 1
 _LAST_FRAGMENT = 0x80000000
 _MSG_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)  # EPIPE, not SIGPIPE, if the daemon hung up
-
-# ---- PCI bus ids ------------------------------------------------------------
-
-_BUS_ID_RE = re.compile(
-    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
-    r"(?P<device>[0-9a-fA-F]{1,2})\.(?P<function>[0-7])$")
-
-
-class PciBusId(namedtuple("PciBusId", "domain bus device function")):
-    """A GPU's PCI address. ``str()`` gives the ``0000:01:00.0`` form."""
-
-    __slots__ = ()
-
-    def __str__(self):
-        return "%04x:%02x:%02x.%x" % self
-
-    @property
-    def nvml(self):
-        """The form NVML reports in ``busId``: ``00000000:01:00.0``."""
-        return "%08X:%02X:%02X.%X" % self
-
-    @property
-    def short(self):
-        """The lspci form ``01:00.0`` (domain dropped)."""
-        return "%02x:%02x.%x" % self[1:]
-
-    def same_slot(self, other):
-        """True when ``other`` is the same device; the daemon ignores the function."""
-        return tuple(self[:3]) == tuple(other[:3])
-
-
-def parse_pci_bus_id(text):
-    """Parse ``00000000:01:00.0`` (NVML), ``0000:01:00.0`` or ``01:00.0`` (lspci).
-
-    Raises ValueError naming the text when it is none of these.
-    """
-    if isinstance(text, PciBusId):
-        return text
-    if not isinstance(text, str):
-        raise ValueError("PCI bus id must be a string, not %r" % (text,))
-    match = _BUS_ID_RE.match(text.strip())
-    if not match:
-        raise ValueError(
-            "%r is not a PCI bus id; expected DDDDDDDD:BB:DD.F (NVML), "
-            "DDDD:BB:DD.F or BB:DD.F (lspci)" % (text,))
-    device = int(match.group("device"), 16)
-    if device > 0x1f:
-        raise ValueError("%r is not a PCI bus id: device number %#x is above 0x1f"
-                         % (text, device))
-    return PciBusId(int(match.group("domain") or "0", 16), int(match.group("bus"), 16),
-                    device, int(match.group("function")))
-
 
 # ---- errors ---------------------------------------------------------------------
 

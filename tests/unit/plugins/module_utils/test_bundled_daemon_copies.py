@@ -35,6 +35,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backend
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import state_dir
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu.pci import parse_pci_bus_id
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 
 # GPUFLEET_DAEMON_UNDER_TEST: hold another copy of the daemon to module_utils (as tests/daemon does).
@@ -346,10 +347,10 @@ def bus_id_of(parse, text):
 def test_bus_ids_read_alike(text, expected):
     daemon_reads = bus_id_of(DAEMON.parse_bdf, text)
     assert daemon_reads == expected
-    assert bus_id_of(rpc.parse_pci_bus_id, text) == (None if text in DAEMON_ALSO_READS else expected)
+    assert bus_id_of(parse_pci_bus_id, text) == (None if text in DAEMON_ALSO_READS else expected)
     if expected is not None and text not in DAEMON_ALSO_READS:
         # and both write it back alike (NVML's form, which the daemon logs and records in the state file)
-        assert DAEMON.Gpu(*daemon_reads, minor=0, uuid=None).bus_id == rpc.parse_pci_bus_id(text).nvml
+        assert DAEMON.Gpu(*daemon_reads, minor=0, uuid=None).bus_id == parse_pci_bus_id(text).nvml
 
 
 FIELD = st.text(alphabet='0123456789abcdefABCDEFgx+-_ ', max_size=10)
@@ -362,7 +363,7 @@ FIELD = st.text(alphabet='0123456789abcdefABCDEFgx+-_ ', max_size=10)
     st.text(max_size=24)))
 def test_the_daemon_reads_every_bus_id_module_utils_reads_and_alike(text):
     """Whatever a module can name, the daemon finds; the converse is DAEMON_ALSO_READS' business."""
-    ours = bus_id_of(rpc.parse_pci_bus_id, text)
+    ours = bus_id_of(parse_pci_bus_id, text)
     if ours is not None:
         assert bus_id_of(DAEMON.parse_bdf, text) == ours
 
@@ -597,7 +598,7 @@ def test_set_calls_are_the_same_bytes(short_dir, bus_id, mode):
     results = set_through_both(short_dir, accepted(0), bus_id, mode)
     theirs, ours = results['daemon'][1], results['module'][1]
     assert theirs[:4] + theirs[8:] == ours[:4] + ours[8:]  # all but the xid
-    domain, bus, device, function = rpc.parse_pci_bus_id(bus_id)
+    domain, bus, device, function = parse_pci_bus_id(bus_id)
     assert ours[8:] == words(0, 2, rpc.PROGRAM, 1, rpc.V1_SET_PERSISTENCE_MODE, 0, 0, 0, 0, domain, bus, device,
                              function, DAEMON.MODES.index(mode))
 
