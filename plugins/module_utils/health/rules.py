@@ -45,9 +45,6 @@ class Unread(object):
         self.name = name
         self.message = message
 
-    def as_result(self):
-        return {'unread': self.name, 'message': self.message}
-
 
 def unread_check(name, gpu, value):
     """The check ``name`` of a value NVML did not give."""
@@ -302,34 +299,32 @@ def _driver(node, contract):
 
 def xid_checks(log, gpus, contract):
     """One xid check per GPU and one for the node (XIDs of a bus no GPU has: a GPU that fell off is no longer
-    listed), from ``log``: ``health.kernel_log.read``'s answer."""
+    listed), from ``log``: ``health.kernel_log.read``'s answer. The verdicts come from every XID line counted, the
+    evidence from the lines kept (``xid.events``)."""
     if log.get('error'):
         return [check('xid', 'UNKNOWN', reason=log['error'], source='kernel log')]
     events, counts = xids.events(log['lines'])
-    by_bus = {}
-    for event in events:
-        if event['code'] not in contract.xid_ignored:
-            by_bus.setdefault(event['bus'], []).append(event)
+    counts = dict((key, number) for key, number in counts.items() if key[1] not in contract.xid_ignored)
     source = 'kernel log (%s); NVIDIA XID catalogue' % log['source']
-    found = []
-    listed = set()
+    found, listed = [], set()
     for gpu in gpus:
         bus = xids.gpu_bus_key(gpu['pci_bus_id'])
         listed.add(bus)
-        found.append(_xid_check(gpu['index'], by_bus.get(bus, []), counts, bus, source))
-    stray = [event for bus, seen in sorted(by_bus.items()) if bus not in listed for event in seen]
-    found.append(_xid_check(None, stray, counts, None, source))
+        found.append(_xid_check(gpu['index'], set([bus]), events, counts, source))
+    stray = set(bus for bus, unused in counts if bus not in listed)
+    found.append(_xid_check(None, stray, events, counts, source))
     return found
 
 
-def _xid_check(index, events, counts, bus, source):
-    codes = sorted(set(event['code'] for event in events))
-    value = dict(('%d' % code, sum(n for (b, c), n in counts.items() if c == code and (bus is None or b == bus)))
-                 for code in codes)
-    if not events:
+def _xid_check(index, buses, events, counts, source):
+    value = {}
+    for (bus, code), number in sorted(counts.items()):
+        if bus in buses:
+            value['%d' % code] = value.get('%d' % code, 0) + number
+    if not value:
         return check('xid', 'PASS', gpu=index, value={}, source=source)
-    classes = [(code,) + xids.classify(code) for code in codes]
+    classes = [(code,) + xids.classify(code) for code in sorted(int(code) for code in value)]
     worst = max(classes, key=lambda item: (STATUS[item[2]], ACTIONS.index(item[3])))
     reason = 'XID %s' % ', '.join('%d (%s)' % (code, name) for code, name, unused, unused2 in classes)
-    return check('xid', worst[2], worst[3], index, value, source=source,
-                 evidence=[event['line'] for event in events[:5]], reason=reason)
+    evidence = [event['line'] for event in events if event['bus'] in buses and '%d' % event['code'] in value]
+    return check('xid', worst[2], worst[3], index, value, source=source, evidence=evidence[:5], reason=reason)

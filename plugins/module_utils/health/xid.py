@@ -17,6 +17,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu.pci import parse_pci_bus_id
+
 # code: (what NVIDIA calls it, verdict, action)
 CATALOGUE = {
     8: ('GPU stopped processing (timeout)', 'WARN', 'reset_gpu'),
@@ -65,8 +67,10 @@ XID_LINE = re.compile(r'NVRM: Xid \(PCI:([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([
                       r'(\d{1,5})\b')
 # Kept of each line as evidence: enough for a person to find it in the log.
 EVIDENCE_CHARS = 300
-# At most this many events are kept per run (their counts are all kept): a GPU in an XID storm logs thousands.
-MAX_EVENTS = 64
+# Lines kept as evidence: the first few of each (PCI address, code), at most MAX_EVENTS in all (every line is counted):
+# a GPU in an XID storm logs thousands, and a storm on one GPU must not hide another GPU's lines.
+EVENTS_PER_KEY = 3
+MAX_EVENTS = 256
 
 
 def classify(code):
@@ -75,21 +79,22 @@ def classify(code):
 
 
 def bus_key(domain, bus, device):
-    """A PCI address as the key GPUs and XID lines share: ``0000:01:00`` (no function)."""
-    return '%04x:%02x:%02x' % (int(domain, 16) if isinstance(domain, str) else domain,
-                               int(bus, 16) if isinstance(bus, str) else bus,
-                               int(device, 16) if isinstance(device, str) else device)
+    """A PCI address as the key GPUs and XID lines share: ``0000:01:00`` (no function: an XID names the device)."""
+    return '%04x:%02x:%02x' % (domain, bus, device)
 
 
 def gpu_bus_key(pci_bus_id):
-    """The key of a bus id (NVML's ``00000000:01:00.0``, ``0000:01:00.0``, ``01:00.0``), or None when it is not one."""
-    match = re.match(r'^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?$', pci_bus_id or '')
-    return bus_key(match.group(1) or '0', match.group(2), match.group(3)) if match else None
+    """The key of a bus id (``gpu.pci.parse_pci_bus_id``'s forms: NVML's ``00000000:01:00.0``, ``0000:01:00.0``,
+    ``01:00.0``), or None when it is not one."""
+    try:
+        return bus_key(*parse_pci_bus_id(pci_bus_id)[:3])
+    except ValueError:
+        return None
 
 
 def events(lines):
-    """``(events, counts)`` from kernel log lines: each XID line as ``{'code', 'bus', 'line'}`` (the first
-    ``MAX_EVENTS``), and ``{(bus, code): number}`` for all of them."""
+    """``(events, counts)`` from kernel log lines: XID lines as ``{'code', 'bus', 'line'}`` (the first
+    ``EVENTS_PER_KEY`` of each bus and code, ``MAX_EVENTS`` in all), and ``{(bus, code): number}`` for all of them."""
     found, counts = [], {}
     for line in lines:
         if 'NVRM: Xid' not in line:
@@ -97,8 +102,8 @@ def events(lines):
         match = XID_LINE.search(line)
         if not match:
             continue
-        bus, code = bus_key(*match.groups()[:3]), int(match.group(4))
+        bus, code = bus_key(*(int(part, 16) for part in match.groups()[:3])), int(match.group(4))
         counts[(bus, code)] = counts.get((bus, code), 0) + 1
-        if len(found) < MAX_EVENTS:
+        if counts[(bus, code)] <= EVENTS_PER_KEY and len(found) < MAX_EVENTS:
             found.append({'code': code, 'bus': bus, 'line': line[match.start():][:EVIDENCE_CHARS]})
     return found, counts

@@ -333,3 +333,21 @@ def test_xids_count_when_nvml_cannot_start_and_a_gpu_without_a_name_is_not_a_cra
     nameless = dict(sample(), name=None)
     found = verdicts(rules.gpu_checks(nameless, contract.Contract({'gpu_model': 'NVIDIA H100*'})))
     assert found['model'] == ('UNKNOWN', 'none')
+
+
+def test_an_xid_storm_on_one_gpu_hides_no_other_gpus_xid():
+    storm = ['NVRM: Xid (PCI:0000:18:00): 13, pid=%d, name=x, Graphics Exception' % n for n in range(5000)]
+    late = 'NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.'
+    events, counts = xid.events(storm + [late])
+    assert counts == {('0000:18:00', 13): 5000, ('0000:19:00', 79): 1}
+    assert len(events) == xid.EVENTS_PER_KEY + 1 and events[-1]['line'] == late
+    log = {'source': 'test', 'lines': storm + [late], 'complete': True}
+    checks = dict((c['gpu'], c) for c in rules.xid_checks(log, [sample(0), sample(1)], contract.Contract()))
+    assert (checks[1]['verdict'], checks[1]['action'], checks[1]['value'], checks[1]['evidence']) == (
+        'FAIL', 'reboot_node', {'79': 1}, [late])
+    assert (checks[0]['verdict'], checks[0]['value'], len(checks[0]['evidence'])) == ('PASS', {'13': 5000}, 3)
+    # the node's own check counts the addresses no GPU has, and those alone
+    stray = 'NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception'
+    node = [c for c in rules.xid_checks({'source': 'test', 'lines': storm + [stray], 'complete': True},
+                                        [sample(0)], contract.Contract()) if c['gpu'] is None][0]
+    assert node['value'] == {'13': 1}
