@@ -11,11 +11,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.health.verdicts import ACTIONS, VERDICTS
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._results import ENGINES
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_table import DECLARED
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
-    TEXT, Malformed, describe, expect, printable, toolkit_cell)
+    TEXT, Malformed, describe, expect, health_cell, printable, toolkit_cell)
 
 
 def _declared_columns(optional):
@@ -82,18 +81,6 @@ def _cdi(verdict):
     return ','.join(_texts(verdict['result'], 'actions', 'cdi')) or 'drifted'
 
 
-def _health(verdict):
-    """The node's health: ``PASS``, or ``VERDICT:action`` (``FAIL:reset_gpu``); ``error`` when it was not evaluated."""
-    if verdict['failed']:
-        return 'error'
-    result = verdict['result']
-    health = expect(result.get('verdict'), TEXT, 'gpu_health.verdict')
-    action = expect(result.get('action', 'none'), TEXT, 'gpu_health.action')
-    if health not in VERDICTS or action not in ACTIONS:  # anything else in a host's result is malformed
-        raise Malformed('gpu_health: %s (%s) is not a verdict and action' % (printable(health), printable(action)))
-    return health if health == 'PASS' else '%s:%s' % (health, action)
-
-
 def _gpus_off(result):
     """The GPUs not in their mode, as ``index:mode->wanted``."""
     off = []
@@ -126,7 +113,7 @@ def _state_row(host, state):
     if 'cdi' in verdicts:
         row['cdi'] = _cdi(verdicts['cdi'])
     if 'gpu_health' in verdicts:
-        row['health'] = _health(verdicts['gpu_health'])
+        row['health'] = health_cell(verdicts['gpu_health']['result'], verdicts['gpu_health']['failed'])
     row['engines_off'] = ['%s:%s' % (name, 'error' if verdicts[name]['failed'] else
                                      _text(results[name], 'action', name))
                           for name in ENGINES if name in verdicts and not verdicts[name]['converged']]

@@ -13,7 +13,7 @@ __metaclass__ = type
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._results import ENGINES
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._untrusted import (
-    TEXT, Malformed, describe, expect, printable, toolkit_cell)
+    TEXT, Malformed, describe, expect, health_cell, printable, toolkit_cell)
 
 # dockerd's words come first, under their own names (docker_runtimes=, docker_action=, nvidia_run=).
 OTHER_ENGINES = tuple(name for name in ENGINES if name != 'docker')
@@ -81,9 +81,7 @@ def node_line(node):
         converged = expect(toolkit.get('converged', False), bool, 'container_toolkit.converged')
         words.append('toolkit=' + toolkit_cell(toolkit, converged, False))
     if node.get('gpu_health') is not None:
-        health = _mapping(node, 'gpu_health', 'gpu_node_result')
-        verdict, action = _text(health, 'verdict', 'gpu_health'), _text(health, 'action', 'gpu_health')
-        words.append('health=' + (verdict if verdict == 'PASS' else '%s:%s' % (verdict, action)))
+        words.append('health=' + health_cell(_mapping(node, 'gpu_health', 'gpu_node_result'), False))
     return ' '.join(words + _engine_words(_mapping(runtime, 'engines', 'container_runtime')))
 
 

@@ -17,6 +17,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.health.verdicts import ACTIONS, VERDICTS
+
 TEXT = (type(u''),)
 # A Debian package version (policy 5.6.12), as a host reports one.
 VERSION = re.compile(r'\A(?:[0-9]+:)?[0-9][A-Za-z0-9.+~:-]*\Z')
@@ -89,3 +91,15 @@ def toolkit_cell(verdict_result, converged, failed):
         if not re.match(r'\A[a-z_]{1,20}\Z', action):
             raise Malformed('container_toolkit.actions holds %s, not an action' % printable(action[:40]))
     return u'%s%s:%s' % (have, u'' if have == wanted else u'->' + wanted, u','.join(actions) or u'-')
+
+
+def health_cell(result, failed):
+    """The node's GPU health in one word for a report: ``PASS``, or ``VERDICT:action`` (``FAIL:reset_gpu``); ``error``
+    when its evaluation failed. A verdict or action outside gpu_health's closed sets is malformed."""
+    if failed:
+        return u'error'
+    health = expect(result.get('verdict'), TEXT, 'gpu_health.verdict')
+    action = expect(result.get('action', 'none'), TEXT, 'gpu_health.action')
+    if health not in VERDICTS or action not in ACTIONS:
+        raise Malformed('gpu_health: %s (%s) is not a verdict and action' % (printable(health), printable(action)))
+    return health if health == 'PASS' else u'%s:%s' % (health, action)

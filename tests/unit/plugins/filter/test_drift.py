@@ -278,3 +278,14 @@ def test_a_hostile_cdi_result_is_escaped_or_fails_that_row_alone(stale):
         assert rows['h1']['cdi'] == 'stale: one\\nh9 converged'
     else:
         assert rows['h1']['status'] == 'failed' and 'malformed' in rows['h1']['errors']['host']
+
+
+def test_the_health_column_and_a_host_value_outside_the_verdicts():
+    def state(result, failed=False):
+        return {'converged': True, 'drifted': [], 'concerns': {'gpu_health': {
+            'converged': not failed, 'failed': failed, 'result': result}}}
+    rows = dict((row['host'], row) for row in drift_report({
+        'ok': state({'verdict': 'PASS', 'action': 'none'}), 'bad': state({'verdict': 'WARN', 'action': 'drain'}),
+        'err': state({'msg': 'no'}, failed=True), 'odd': state({'verdict': 'FINE', 'action': 'none'})})['hosts'])
+    assert (rows['ok']['health'], rows['bad']['health'], rows['err']['health']) == ('PASS', 'WARN:drain', 'error')
+    assert rows['odd']['status'] == 'failed' and 'FINE' in rows['odd']['errors']['host']

@@ -90,3 +90,13 @@ def test_the_toolkit_word_where_the_node_has_the_concern():
     # a version that is not one fails that host's line
     node['container_toolkit'] = dict(node['container_toolkit'], installed={'nvidia-container-toolkit': 'a b'})
     assert 'was malformed' in fleet_summary(['h1'], {'h1': node})[0]
+
+
+def test_the_health_word_and_a_host_value_outside_the_verdicts():
+    assert ' health=PASS' in fleet_summary(['h1'], {'h1': dict(NODE, gpu_health={'verdict': 'PASS', 'action': 'none'})})[0]
+    line = fleet_summary(['h1'], {'h1': dict(NODE, gpu_health={'verdict': 'FAIL', 'action': 'reset_gpu'})})[0]
+    assert ' health=FAIL:reset_gpu' in line
+    assert fleet_summary(['h1'], {'h1': dict(NODE, gpu_health=None)}) == fleet_summary(['h1'], {'h1': NODE})
+    # the same rule as the drift report's health column: a value outside the closed sets fails that host's line
+    bad = fleet_summary(['h1'], {'h1': dict(NODE, gpu_health={'verdict': 'FAIL\x1b[2J', 'action': 'reset_gpu'})})[0]
+    assert 'was malformed' in bad and bad.isprintable()
