@@ -56,14 +56,12 @@ def run(module):
     # a concern module's own run writes unless in check mode; node_state's (its stand-in is always in check mode)
     # unless its play is (RunState.store)
     writes = state.store if state.verdicts is not None else not module.check_mode
+    result['metrics_file'] = None
     if params['metrics'] and writes:
         try:
             result['metrics_file'] = health.write_metrics(result)
         except metrics.MetricsError as exc:
             module.warn('%s; the verdict stands, the metrics were not written' % exc)
-            result['metrics_file'] = None
-    else:
-        result['metrics_file'] = None
     return result
 
 

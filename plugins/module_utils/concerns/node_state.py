@@ -166,8 +166,6 @@ def describe(name, verdict):
         return ', '.join(gpus)
     if name == 'container_toolkit':
         return '; '.join(result.get('drift', []))
-    if name == 'gpu_health':
-        return ''
     if name == 'cdi':
         return '; '.join((['stale: ' + ', '.join(result['stale'])] if result.get('stale') else [])
                          + [', '.join(result.get('actions', []))])
