@@ -14,8 +14,9 @@ version_added: 0.1.0
 description:
   - Writes one drop-in file that the collection owns, by default C(/etc/crio/crio.conf.d/99-nvidia.conf), with
     C([crio.runtime.runtimes.nvidia]), and C([crio.runtime] default_runtime = "nvidia") and C(cdi_spec_dirs) only
-    on request. No other file is ever edited; O(state=absent) removes exactly that file. The drop-in exists only
-    while it has something to set.
+    on request. No other file is edited but by O(take_over=true) (a definition of the runtime in a drop-in read after
+    this one, commented out); O(state=absent) removes exactly that file and puts back what O(take_over) commented
+    out. The drop-in exists only while it has something to set.
   - B(What the runtime copies.) Like NVIDIA's C(nvidia-ctk runtime configure --runtime=crio), the default runtime's
     table whole, as CRI-O's merged configuration has it (C(privileged_without_host_devices), C(allowed_annotations),
     C(runtime_config_path), C(default_annotations), C(container_min_memory), C(no_sync_log), C(stream_websockets)
@@ -37,10 +38,13 @@ description:
   - B(A runtime of that name in another file.) With the same C(runtime_path) it is left as it is. With another one
     in a file CRI-O reads before the drop-in (C(crio.conf), or a drop-in whose name sorts first, for example an old
     toolkit path), the drop-in's table replaces it whole, as CRI-O's drop-ins are meant to (a warning names it), and
-    O(state=absent) brings it back.
+    O(state=absent) brings it back. In a drop-in CRI-O reads after this one (for example NVIDIA's
+    C(99-nvidia.toml), which sorts after C(99-nvidia.conf)), its table would win, so it is refused unless
+    O(take_over=true).
   - B(Refused, nothing changed.) Invalid TOML in any file (named); a C(cdi_spec_dirs) that is not a list of
     strings; O(cdi=true) when a file read later sets C(cdi_spec_dirs) and a directory is missing; a runtime of that
-    name with another C(runtime_path) in a file CRI-O reads after the drop-in (it would win); a file at O(path) the
+    name with another C(runtime_path) in a file CRI-O reads after the drop-in (it would win), unless O(take_over=true)
+    and the file is a drop-in beside O(path) (another one, in a subdirectory, is refused naming it); a file at O(path) the
     module did not write; a O(path) outside O(config_dir), or a running crio started with another C(--config-dir);
     O(default_runtime=true) when a file read later sets C(default_runtime); the runtime made default while its
     binary is missing (CRI-O would not start).
@@ -74,7 +78,7 @@ attributes:
   diff_mode:
     support: full
     details:
-      - Shows the drop-in before and after, with its path as header.
+      - Shows the drop-in before and after, with its path as header, and each file O(take_over) changes.
   idempotent:
     support: full
 options:
@@ -125,15 +129,33 @@ options:
     type: list
     elements: str
     default: [/etc/cdi, /var/run/cdi]
+  take_over:
+    description:
+      - What to do when a drop-in CRI-O reads after O(path) already defines the runtime O(name) with another
+        C(runtime_path) (for example an older toolkit's binary path, or another tool's registration), which CRI-O
+        would use instead of this module's.
+      - V(false) refuses, with every file untouched.
+      - V(true) comments every line of that definition out (the C([crio.runtime.runtimes.NAME]) table, its
+        sub-tables and dotted keys into it), in each drop-in read after O(path), behind a marker comment that
+        starts with C(gpufleet.nvidia crio_runtime took over) and stays in the file, and writes the drop-in;
+        O(state=absent) removes the drop-in and uncomments those lines, which gives back each file byte for byte.
+        Only drop-ins beside O(path) (in its directory) are edited; a definition in any other file CRI-O reads after
+        it (a subdirectory's drop-in) is refused, naming that file.
+      - A definition in a file CRI-O reads before O(path) (C(crio.conf), a drop-in whose name sorts first) needs
+        no take-over; the drop-in replaces it.
+    type: bool
+    default: false
   state:
     description:
-      - V(present) writes the drop-in; V(absent) removes it (and nothing else), with any C(cdi_spec_dirs) it set.
+      - V(present) writes the drop-in; V(absent) removes it (and nothing else), with any C(cdi_spec_dirs) it set, and
+        puts back a definition O(take_over) commented out.
     type: str
     choices: [present, absent]
     default: present
   backup:
     description:
-      - Keep a copy of the drop-in before changing it. The copy is made in the directory above O(config_dir)
+      - Keep a copy of the drop-in (and of each file O(take_over) changes) before changing it. The copy is made in the
+        directory above O(config_dir)
         (C(/etc/crio)), never in O(config_dir), because CRI-O reads every file there. The temp file of each write
         is made outside it too, in a root-only (0700) sibling C(.crio.conf.d.gpufleet) on the same file system.
     type: bool
@@ -194,6 +216,10 @@ EXAMPLES = r'''
     cdi: true
     cdi_spec_dirs: [/etc/cdi, /var/run/cdi, /opt/site/cdi]
 
+- name: Update an nvidia runtime another drop-in read later defines (kept, commented out, for state=absent)
+  gpufleet.nvidia.crio_runtime:
+    take_over: true
+
 - name: Write the drop-in only; restart crio later in a window
   gpufleet.nvidia.crio_runtime:
     apply: none
@@ -214,6 +240,13 @@ backup_file:
   returned: always
   type: str
   sample: /etc/crio/99-nvidia.conf.12345.2026-12-01@05:30:00~
+backup_files:
+  description: Every backup this run made, when O(backup=true) - RV(backup_file) first, then those of the files
+    O(take_over) changed or O(state=absent) put back.
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/crio/99-zz-site.conf.12345.2026-12-01@05:30:00~]
 action:
   description:
     - What was (in check mode, would be) done to the running crio.
@@ -224,7 +257,8 @@ action:
   choices: [none, reload, restart, deferred]
   sample: restart
 file_changed:
-  description: Whether the drop-in changed, was created or removed (would be, in check mode).
+  description: Whether the drop-in changed, was created or removed, or a file O(take_over) edits changed (would be,
+    in check mode).
   returned: always
   type: bool
   sample: true
@@ -233,7 +267,10 @@ changes:
   returned: always
   type: list
   elements: str
-  sample: ['drop-in /etc/crio/crio.conf.d/99-nvidia.conf created']
+  sample:
+    - drop-in /etc/crio/crio.conf.d/99-nvidia.conf created
+    - 'the definition of runtime "nvidia" in /etc/crio/crio.conf.d/99-nvidia.toml at lines 1, 2, 3 commented out
+      (state=absent puts it back)'
 crio_version:
   description: The installed CRI-O's version (C(crio --version)).
   returned: always

@@ -132,6 +132,9 @@ DECLARED = (
         'name': 'cdi',
         'module': 'cdi_spec',
         'order': 50,
+        'after': (
+            'persistenced', 'container_toolkit',
+        ),
         'role': 'gpu_node',
         'switch': 'gpu_node_cdi',
         'variables': (
@@ -201,6 +204,7 @@ DECLARED = (
             ('container_runtime_default', 'default_runtime'),
             ('container_runtime_cdi', 'cdi'),
             ('container_runtime_cdi_spec_dirs', 'cdi_spec_dirs'),
+            ('container_runtime_crio_take_over', 'take_over'),
             ('container_runtime_state', 'state'),
             ('container_runtime_backup', 'backup'),
             ('container_runtime_apply', 'apply'),
@@ -214,7 +218,7 @@ DECLARED = (
         ),
         'options': (
             'path', 'config_path', 'config_dir', 'name', 'runtime_path', 'default_runtime', 'cdi',
-            'cdi_spec_dirs', 'state', 'backup', 'apply', 'service_name', 'apply_timeout',
+            'cdi_spec_dirs', 'take_over', 'state', 'backup', 'apply', 'service_name', 'apply_timeout',
         ),
     },
     {

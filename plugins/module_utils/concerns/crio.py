@@ -38,6 +38,7 @@ DECLARATION = {
         ('container_runtime_default', 'default_runtime'),
         ('container_runtime_cdi', 'cdi'),
         ('container_runtime_cdi_spec_dirs', 'cdi_spec_dirs'),
+        ('container_runtime_crio_take_over', 'take_over'),
         ('container_runtime_state', 'state'),
         ('container_runtime_backup', 'backup'),
         ('container_runtime_apply', 'apply'),

@@ -45,7 +45,7 @@ def config_run(module, path, converge):
 
     A GpufleetError or an OS error fails the module naming ``path``; the
     result's ``warnings`` become Ansible warnings and its ``before``/``after``
-    texts the diff.
+    texts the diff (a list with its ``more_diffs``, other files' diffs, when it has any).
     """
     try:
         result = converge()
@@ -56,8 +56,11 @@ def config_run(module, path, converge):
     for warning in result.pop('warnings'):
         module.warn(warning)
     before, after = result.pop('before'), result.pop('after')
+    more = result.pop('more_diffs', None) or []  # other files the run changed (crio_runtime's take_over)
     if module._diff:
         result['diff'] = dict(before=before, after=after, before_header=path, after_header=path)
+        if more:
+            result['diff'] = [result['diff']] + list(more)
     return result
 
 

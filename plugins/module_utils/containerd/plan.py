@@ -13,8 +13,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-import re
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import take_over as take_over_lines
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import toml_splice as ts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd.cdi import (
@@ -145,35 +145,18 @@ def desired_runtime(request, template):
 
 def took_over_prefix(name):
     """The marker that comments out, line by line, a definition of ``name`` taken over (``take_over``)."""
-    return '# %s took over %s: ' % (MARK, ts.quote_key(name))
+    return take_over_lines.prefix(MARK, name)
 
 
 def take_over(config, schema, name, splice):
     """Comment out every line that defines the runtime ``name`` outside our block; returns the line numbers."""
-    path = schema.runtime(name)
-    size = len(path)
-    spans = [(h.start, config.doc.table_end(h)) for h in config.doc.headers
-             if h.path[:size] == path and not config.in_block(h.start)]
-    spans += [(e.start, e.end) for e in config.doc.entries
-              if e.path[:size] == path and e.table[:size] != path and not config.in_block(e.start)]
-    prefix = took_over_prefix(name)
-    lines = []
-    for start, end in sorted(spans):
-        pos = start
-        while pos < end:
-            splice.insert(pos, prefix)
-            lines.append(config.line_of(pos))
-            newline = config.text.find('\n', pos, end)
-            pos = end if newline < 0 else newline + 1
-    return lines
+    found = take_over_lines.spans(config.doc, schema.runtime(name), keep=config.in_block)
+    return take_over_lines.comment_out(config.text, found, took_over_prefix(name), splice)
 
 
 def restore_taken_over(config, name, splice):
     """Uncomment the lines ``take_over`` commented out for ``name``; returns how many."""
-    found = list(re.finditer('(?m)^' + re.escape(took_over_prefix(name)), config.text))
-    for match in found:
-        splice.remove(match.start(), match.end())
-    return len(found)
+    return take_over_lines.restore(config.text, took_over_prefix(name), splice)
 
 
 def check_legacy_default(config, request, schema, legacy_in_effect):

@@ -8,12 +8,14 @@ at any time. It holds no AnsibleModule so that pytest can drive it directly.
 
 ``Converge.run`` reads every file CRI-O reads once (the main file and the
 drop-in directory, in CRI-O's order), plans the collection's drop-in
-(``crio.config``), decides, writes once (``host.files.replace_config``, or removes the
-file for ``absent``), then ``Applier`` reloads (SIGHUP, through
+(``crio.config``) and the drop-ins beside it that ``take_over`` edits
+(``crio.takeover``), decides, writes once (``host.files.replace_config``, or
+removes the file for ``absent``; the files take_over edits first, put back
+when a later write fails), then ``Applier`` reloads (SIGHUP, through
 ``init.service.Service.reload``) where CRI-O applies reloaded runtimes and
 restarts otherwise; when CRI-O does not come back (or logs a failed
-reload) the previous file is restored, CRI-O is reloaded or restarted with
-it, and the module fails with CRI-O's own words.
+reload) the previous files are restored, CRI-O is reloaded or restarted with
+them, and the module fails with CRI-O's own words.
 
 CRI-O is not installable on the test hosts: this path is tested on files
 and against a fake service only (docs/crio.md).
@@ -29,6 +31,7 @@ import re
 import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as cr
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import takeover
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import locks
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths as host_paths
@@ -160,7 +163,7 @@ def read_sources(request):
                 ours = current
                 sources.append(cr.Source(request.path, current.text, ours=True))
             else:
-                sources.append(cr.Source(shown, current.text))
+                sources.append(cr.Source(shown, current.text, host=current))
     return sources, ours
 
 
@@ -172,10 +175,10 @@ def backup_outside(directory):
 
 class Result(dict):
     def __init__(self, path):
-        dict.__init__(self, changed=False, path=path, backup_file=None, action='none', file_changed=False,
-                      crio_version=None, crio_pid_before=None, crio_pid_after=None, crio_found_by=None,
-                      runtimes=None, default_runtime=None, cdi=None, changes=[], msg='',
-                      before='', after='', warnings=[])
+        dict.__init__(self, changed=False, path=path, backup_file=None, backup_files=[], action='none',
+                      file_changed=False, crio_version=None, crio_pid_before=None, crio_pid_after=None,
+                      crio_found_by=None, runtimes=None, default_runtime=None, cdi=None, changes=[], msg='',
+                      before='', after='', more_diffs=[], warnings=[])
 
 
 class Converge(object):
@@ -229,11 +232,15 @@ class Converge(object):
             sources, current = read_sources(request)
             if current is None:
                 current = host_files.HostFile(False, real, '', None)
-            planned = cr.plan(sources, request, version)
+            planned = takeover.plan(sources, request, version)
             self.warnings.extend(planned.warnings)
             text = planned.text
-            file_changed = (text is not None) != current.exists or (text is not None and text != current.text)
+            edits = edited_files(planned.edits, real)
+            file_changed = (text is not None) != current.exists or (text is not None and text != current.text) \
+                or bool(edits)
             result.update(file_changed=file_changed, before=current.text, after=text or '', changes=planned.changes,
+                          more_diffs=[dict(before=previous.text, after=new, before_header=shown, after_header=shown)
+                                      for shown, previous, new in edits],
                           changed=result['changed'] or file_changed,
                           # CRI-O's own default runtime is there even when no file defines it.
                           runtimes=sorted(set(planned.after.runtimes) | {planned.after.default_runtime}),
@@ -264,10 +271,10 @@ class Converge(object):
             if action in ('reload', 'restart'):
                 result['changed'] = True
             if not check_mode:
-                self.write(real, real_dir, current, text)
+                self.write_all(real, real_dir, current, text, edits)
                 if action in ('reload', 'restart'):
                     Applier(request, self.service, real, current, self.label, self.poll, self.settle,
-                            real_dir).apply(action, pid)
+                            real_dir, [previous for unused, previous, unused_new in edits]).apply(action, pid)
             result['crio_pid_after'] = pid if check_mode else self.service.pid()
             result['msg'] = message(result, stale, check_mode, request.apply)
             return result
@@ -283,21 +290,62 @@ class Converge(object):
                                  'cdi_spec_dirs of the files when it starts; remove that flag (or '
                                  'CONTAINER_CDI_SPEC_DIRS) for the files to count.' % (pid, ','.join(flag)))
 
+    def write_all(self, real, real_dir, current, text, edits):
+        """The files ``take_over`` edits (``edited_files``), then the drop-in; when one fails, those written before
+        it are put back as they were."""
+        written = []
+        try:
+            for unused_shown, previous, new in edits:
+                made = self.write(previous.real, real_dir, previous, new)
+                written.append(previous)
+                if made:
+                    self.result['backup_files'].append(made)
+            self.result['backup_file'] = self.write(real, real_dir, current, text)
+        except BaseException:
+            for previous in reversed(written):
+                try:
+                    restore_file(previous, real_dir, self.label)
+                except (GpufleetError, OSError):
+                    pass  # the first error is the one to report; state=absent puts back what stays commented out
+            raise
+        if self.result['backup_file']:
+            self.result['backup_files'].insert(0, self.result['backup_file'])
+
     def write(self, real, real_dir, current, text):
-        """The drop-in written (its temp file out of the drop-in directory, which CRI-O reads whole) or removed."""
+        """The drop-in written (its temp file out of the drop-in directory, which CRI-O reads whole) or removed;
+        returns the backup's name, or None."""
         if text is None:
             if current.exists:
                 remove(real)
-            return
+            return None
         backup = self.backup
         if backup and self.backup_dir:
             backup = backup_outside(self.backup_dir)
         if text == current.text:
-            self.result['backup_file'] = host_files.replace_config(real, text, current, backup, self.label)
-            return
+            return host_files.replace_config(real, text, current, backup, self.label)
         # a failed write names the drop-in first and leaves no temp directory this run made
         with host_files.temp_directory(real_dir, real) as temp_dir:
-            self.result['backup_file'] = host_files.replace_config(real, text, current, backup, self.label, temp_dir)
+            return host_files.replace_config(real, text, current, backup, self.label, temp_dir)
+
+
+def edited_files(edits, real):
+    """``[(path as shown, HostFile as read, new text)]`` of the other files a plan edits (``crio.takeover``), each
+    checked to be a file read from the directory of the drop-in ``real``, the one this run locks."""
+    found = []
+    for source, text in edits:
+        previous = source.host
+        if previous is None or os.path.dirname(previous.real) != os.path.dirname(real):
+            raise DocumentError('%s is not a drop-in beside %s, the only files take_over edits. Nothing was changed.'
+                                % (source.path, real))
+        found.append((source.path, previous, text))
+    return found
+
+
+def restore_file(previous, real_dir, label):
+    """``previous`` (a HostFile of a file that existed, as read) written back."""
+    with host_files.temp_directory(real_dir, previous.real) as temp_dir:
+        host_files.write_atomic(previous.real, previous.text.encode('utf-8'), like=previous.stat, label=label,
+                                temp_dir=temp_dir)
 
 
 def cdi_result(effective):
@@ -340,8 +388,9 @@ def message(result, stale, predicted, apply='auto'):
 class Applier(object):
     """Reloads or restarts CRI-O on the new file; restores the file and CRI-O when that fails."""
 
-    def __init__(self, request, service, real, previous, label, poll, settle=2.0, real_dir=None):
+    def __init__(self, request, service, real, previous, label, poll, settle=2.0, real_dir=None, others=()):
         self.request = request
+        self.others = list(others)  # the files take_over changed, as they were (HostFile)
         self.real_dir = real_dir if real_dir is not None else os.path.dirname(real)
         self.service = service
         self.real = real
@@ -351,6 +400,8 @@ class Applier(object):
         self.settle = settle
 
     def restore(self):
+        for previous in self.others:
+            restore_file(previous, self.real_dir, self.label)
         if not self.previous.exists:
             remove(self.real)
             return

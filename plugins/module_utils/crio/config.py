@@ -16,7 +16,9 @@ the facts these rules stand on, read in CRI-O's source, v1.24 to v1.36).
   entry replaces the earlier one whole (BurntSushi/toml fills a fresh value
   per map entry).
 * The collection owns one drop-in (``99-nvidia.conf``): the whole file is
-  ours, so ``absent`` removes it and nothing else is ever edited.
+  ours, so ``absent`` removes it and nothing else is edited, but by
+  ``take_over`` (``crio.takeover``: a definition of the runtime in a drop-in
+  read after ours, commented out, and put back by ``absent``).
 * The nvidia runtime copies the default runtime's table whole, as NVIDIA's
   ``nvidia-ctk runtime configure`` does, except for the keys in NOT_COPIED;
   its monitor (``monitor_path``, ``monitor_cgroup``, ``monitor_env``) is
@@ -126,13 +128,15 @@ get = ts.get
 
 
 class Source(object):
-    """One file CRI-O reads: ``path``, ``text``, ``values``, ``ours`` (the collection's drop-in), ``main``."""
+    """One file CRI-O reads: ``path``, ``text``, ``values``, ``ours`` (the collection's drop-in), ``main``, ``host``
+    (the ``host.files.HostFile`` it was read from, for a file the run may write; None in a plan on texts)."""
 
-    def __init__(self, path, text, ours=False, main=False):
+    def __init__(self, path, text, ours=False, main=False, host=None):
         self.path = path
         self.text = text
         self.ours = ours
         self.main = main
+        self.host = host
         self.values = loads(text, path)
 
     def line_of(self, key_path):
@@ -213,6 +217,7 @@ SPEC = dict(
     default_runtime=dict(type='bool'),
     cdi=dict(type='bool'),
     cdi_spec_dirs=dict(type='list', elements='str', default=list(CDI_DEFAULT_DIRS)),
+    take_over=dict(type='bool', default=False),
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
     apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
@@ -226,14 +231,14 @@ class Request(Options):
 
     SPEC = SPEC
     OPTIONS = ('path', 'config_path', 'config_dir', 'name', 'runtime_path', 'default_runtime', 'cdi', 'cdi_spec_dirs',
-               'state', 'apply', 'apply_timeout')
+               'take_over', 'state', 'apply', 'apply_timeout')
     NAMES = {'apply_timeout': 'timeout'}
 
 
 class Plan(object):
     """``text`` (the drop-in's new text, or None: no file), ``changes``, ``warnings``, ``before``/``after``
     (the effective configurations), ``runtime`` (the table written, or None), ``cdi_spec_dirs`` (the list
-    written, or None)."""
+    written, or None), ``edits`` (the other files ``take_over`` changes: ``[(Source, new text)]``)."""
 
     def __init__(self, text, changes, warnings, before, after, runtime, cdi_spec_dirs=None):
         self.text = text
@@ -243,6 +248,7 @@ class Plan(object):
         self.after = after
         self.runtime = runtime
         self.cdi_spec_dirs = cdi_spec_dirs
+        self.edits = []
 
 
 def monitor_cgroup(effective, handler, runtime_type, name):
@@ -347,13 +353,10 @@ def plan_present(sources, request, version=None):
     if origin is not None and isinstance(theirs, dict) and theirs.get('runtime_path') == request.runtime_path:
         warnings.append('%s defines the runtime "%s" with the same runtime_path; it was left as it is.'
                         % (origin.path, name))
-    elif origin is not None and not read_before(origin, request.path):
-        raise DocumentError(
-            '%s: the runtime "%s" is already defined at line %s, with runtime_path %r (wanted %r), in a file CRI-O '
-            'reads after %s: it takes the whole table from the file it reads last, so this drop-in would not count. '
-            'Nothing was changed; remove that definition, or give this drop-in a name that sorts after it.'
-            % (origin.path, name, origin.line_of(RUNTIMES + (name,)), theirs.get('runtime_path')
-               if isinstance(theirs, dict) else theirs, request.runtime_path, request.path))
+    elif rival(base, request) is not None:
+        raise DocumentError(defined_later(base, request) + ' Nothing was changed; set take_over: true to have this '
+                            'module comment that definition out (kept in the file for state=absent to put back) and '
+                            'write its own, or remove that definition, or give this drop-in a name that sorts after it.')
     else:
         table = desired_runtime(base, request, warnings)
         if origin is not None:
@@ -396,6 +399,27 @@ def plan_present(sources, request, version=None):
     after = Effective(order, version)
     check_default(after, request.path)
     return Plan(text, changes, warnings, before, after, table, cdi_dirs)
+
+
+def rival(base, request):
+    """The file whose table of the runtime CRI-O would use instead of the drop-in's (``base``: the configuration of
+    the other files): one read after the drop-in, with another ``runtime_path``; else None."""
+    origin = base.origin(RUNTIMES + (request.name,))
+    theirs = base.runtimes.get(request.name)
+    if origin is None or read_before(origin, request.path) or (
+            isinstance(theirs, dict) and theirs.get('runtime_path') == request.runtime_path):
+        return None
+    return origin
+
+
+def defined_later(base, request):
+    """What ``rival`` found, in words (a refusal's first sentence)."""
+    origin, name = rival(base, request), request.name
+    theirs = base.runtimes.get(name)
+    return ('%s: the runtime "%s" is already defined at line %s, with runtime_path %r (wanted %r), in a file CRI-O '
+            'reads after %s: it takes the whole table from the file it reads last, so this drop-in would not count.'
+            % (origin.path, name, origin.line_of(RUNTIMES + (name,)), theirs.get('runtime_path')
+               if isinstance(theirs, dict) else theirs, request.runtime_path, request.path))
 
 
 def checked_cdi_dirs(values, origin):
@@ -491,8 +515,9 @@ def check_default(effective, path):
                             'start. Nothing was changed.' % (path, default, origin.path if origin else 'a file'))
 
 
-def plan_absent(sources, request, version=None):
-    """``state=absent``: our drop-in removed (text None), nothing else; refused when CRI-O would not start."""
+def plan_absent(sources, request, version=None, put_back=False):
+    """``state=absent``: our drop-in removed (text None), nothing else; refused when CRI-O would not start.
+    ``put_back``: ``sources`` hold a definition ``take_over`` commented out, uncommented (``crio.takeover``)."""
     ours, others = split(sources, request.path)
     before = Effective(sources, version)
     after = Effective(others, version)
@@ -505,7 +530,7 @@ def plan_absent(sources, request, version=None):
             warnings.append('the runtime "%s" is back as %s defines it (runtime_path %r).'
                             % (request.name, after.origin(RUNTIMES + (request.name,)).path,
                                theirs.get('runtime_path')))
-    elif after.origin(RUNTIMES + (request.name,)) is not None:
+    elif after.origin(RUNTIMES + (request.name,)) is not None and not put_back:
         warnings.append('%s defines the runtime "%s"; it was not written by this module and was left as it is.'
                         % (after.origin(RUNTIMES + (request.name,)).path, request.name))
     return Plan(None, changes, warnings, before, after, None)

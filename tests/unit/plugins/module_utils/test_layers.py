@@ -26,10 +26,10 @@ PREFIX = 'ansible_collections.gpufleet.nvidia.plugins.module_utils'
 DOC = os.path.join(ROOT, 'docs', 'architecture.md')
 
 # Pure rules (text in, text and findings out): no host access at all.
-PURE = ('engines.names', 'gpu.pci', 'init.systems', 'formats.json_splice', 'formats.toml_splice', 'engines.verify', 'toolkit.rules', 'cdi.spec', 'cdi.boot',
-        'cdi.dirs', 'cdi.mode', 'init.boot', 'docker.daemon_json', 'containerd.config', 'containerd.plan',
-        'containerd.cdi', 'containerd.effective', 'crio.config', 'health.verdicts', 'health.xid', 'health.contract',
-        'health.rules')
+PURE = ('engines.names', 'gpu.pci', 'init.systems', 'formats.json_splice', 'formats.toml_splice', 'formats.take_over',
+        'engines.verify', 'toolkit.rules', 'cdi.spec', 'cdi.boot', 'cdi.dirs', 'cdi.mode', 'init.boot', 'docker.daemon_json',
+        'containerd.config', 'containerd.plan', 'containerd.cdi', 'containerd.effective', 'crio.config', 'crio.takeover',
+        'health.verdicts', 'health.xid', 'health.contract', 'health.rules')
 HOST_MODULES = {'os', 'subprocess', 'socket', 'fcntl', 'signal', 'shutil', 'glob'}
 VENDORED = ('formats._tomli',)
 MAX_FILE_LINES = 600

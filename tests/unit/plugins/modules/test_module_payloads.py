@@ -33,7 +33,7 @@ OWN = {
     'cdi_spec': {'concerns/cdi', 'cdi/apply', 'cdi/boot', 'cdi/refresh', 'cdi/spec'},
     'containerd_runtime': {'concerns/containerd', 'containerd/apply', 'containerd/config', 'containerd/plan',
                            'containerd/cdi', 'containerd/effective'},
-    'crio_runtime': {'concerns/crio', 'crio/apply', 'crio/config'},
+    'crio_runtime': {'concerns/crio', 'crio/apply', 'crio/config', 'crio/takeover'},
     'docker_runtime': {'concerns/docker', 'docker/apply', 'docker/daemon_json', 'formats/json_splice'},
 }
 
