@@ -186,12 +186,17 @@ chmod 0644 "$tmp" && mv -f "$tmp" "$spec" || { rm -f "$tmp"; exit 1; }
 
 
 # Our refresh's unit (SysV script, Upstart task instance per engine), before the engines (init.systems renders it).
+# After the persistence daemon: NVIDIA's generator mounts its socket only while it exists, and a spec naming a socket
+# that is gone fails every GPU container. systemd (After=) and SysV (Should-Start) order the refresh after the daemon
+# at boot; Upstart cannot (an engine's "starting" event may come before the runlevel starts the daemon), so there the
+# task runs again once the daemon has started or stopped (rerun_after), whoever started or stopped it.
 TASK = init_boot.BootTask(
     header=init_boot.header('#', 'cdi_spec'), service=SERVICE,
     summary='NVIDIA CDI spec, written before the container engines start', short='NVIDIA CDI spec',
     lines=('Writes the NVIDIA CDI spec before the container engines start.',), after=AFTER,
     should_start=('nvidia-persistenced', 'gpufleet-dev-char-links'), engines=ENGINE_SERVICES,
-    before_units=('kubelet.service',), chkconfig='15 85', script=SCRIPT_PATH, per_engine=True)
+    before_units=('kubelet.service',), chkconfig='15 85', script=SCRIPT_PATH, per_engine=True,
+    rerun_after=('nvidia-persistenced',))
 
 
 def render_unit(init_system):

@@ -26,6 +26,10 @@ DECLARATION = {
     'name': 'cdi',
     'module': 'cdi_spec',
     'order': 50,
+    # Run again after the persistence daemon or the toolkit changed: NVIDIA's generator mounts the daemon's socket
+    # only while it exists (a spec naming a socket that is gone fails every GPU container), and a new nvidia-ctk
+    # may write another spec.
+    'after': ('persistenced', 'container_toolkit'),
     'role': 'gpu_node',
     'switch': 'gpu_node_cdi',
     'variables': (

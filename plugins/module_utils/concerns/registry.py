@@ -85,6 +85,7 @@ ENGINES = (
 # The concerns whose drift makes node_state run another again.
 DEPENDS = {
     'gpu_persistence': ('persistenced',),
+    'cdi': ('persistenced', 'container_toolkit'),
 }
 _LOAD = {
     'device_links': _device_links,

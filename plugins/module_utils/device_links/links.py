@@ -235,9 +235,17 @@ def describe(entry):
 
 
 def plan_present(nodes, entries, dev_root=DEV_ROOT):
-    """Create the missing link of each node; a link or file that is there already is never replaced."""
+    """Create the missing link of each node; a link or file that is there already is never replaced. A link to an
+    NVIDIA node that is gone (a GPU off the bus, a driver reloaded with fewer GPUs) is removed: it points nowhere."""
     plan = Plan()
     seen = set()
+    present = set(node.name for node in nodes)
+    wanted = set(node.link for node in nodes)
+    for name in sorted(entries):
+        entry = entries[name]
+        gone = node_of(entry.target, dev_root) if entry.kind == 'link' and name not in wanted else None
+        if gone and gone not in present:
+            plan.remove.append((name, entry.target))
     for node in nodes:
         if node.link in seen:
             continue  # two nodes with one number: the first (sorted) gets the link

@@ -213,7 +213,8 @@ class Runner(object):
             if p['boot']:
                 desired = dict((kind, text) for kind, (_path, text, _mode) in self.files.items())
                 boot_actions = plan_boot_present(boot_current, desired, enabled)
-            actions = (['create_links'] if plan.create else []) + (boot_actions or [])
+            actions = ((['create_links'] if plan.create else []) + (['remove_links'] if plan.remove else [])
+                       + (boot_actions or []))
         else:
             plan = plan_absent(entries, dev_root)
             if p['boot']:

@@ -28,7 +28,9 @@ MARKER = 'Managed by gpufleet.nvidia'
 # script: the program; per_engine: an Upstart instance per engine (each engine's start waits for its own), not one
 # task that also starts with the runlevel.
 BootTask = namedtuple('BootTask', 'header service summary short lines after should_start engines before_units '
-                                  'chkconfig script per_engine')
+                                  'chkconfig script per_engine rerun_after')
+# rerun_after (Upstart, per_engine tasks): the jobs whose start and stop run the task again (an instance each).
+BootTask.__new__.__defaults__ = ((),)
 
 
 def header(comment, module):
@@ -134,7 +136,7 @@ esac
        'chkconfig': chkconfig, 'script': script}
 
 
-def render_upstart(header_line, description, engines, script, runlevel=True):
+def render_upstart(header_line, description, engines, script, runlevel=True, rerun_after=()):
     """An Upstart task started before each engine (its ``starting`` event waits for the task), and with
     ``runlevel`` at boot too.
 
@@ -144,16 +146,23 @@ def render_upstart(header_line, description, engines, script, runlevel=True):
     started 0.06 s before the CDI refresh had written its spec). Without ``runlevel`` the task is an instance
     per engine (``instance $JOB``): each engine's ``starting`` event starts an instance of its own and waits for
     it, whatever else runs.
+
+    ``rerun_after`` (with ``runlevel`` False): jobs whose ``started`` and ``stopped`` events run the task again,
+    an instance each, once that job is up or gone. Upstart cannot order a task after a job that another event is
+    starting (``start`` of a job already starting returns at once), so the task runs again after it instead.
     """
     starting = ' or '.join('starting %s' % engine for engine in engines)
+    if rerun_after and not runlevel:
+        starting += ''.join(' or started %s or stopped %s' % (job, job) for job in rerun_after)
     if runlevel:
         lines = ['# A task: the engines\' "starting" events wait until it has run.',
                  'start on (%s or runlevel [2345])' % starting]
     else:
         lines = ['# One instance per engine: each engine\'s "starting" event starts its own and waits until it has run',
-                 '# (an event waits only for the jobs it starts).',
-                 'start on (%s)' % starting,
-                 'instance $JOB']
+                 '# (an event waits only for the jobs it starts).']
+        if rerun_after:
+            lines.append('# And once more after %s started or stopped (an instance of its own).' % ', '.join(rerun_after))
+        lines += ['start on (%s)' % starting, 'instance $JOB']
     return ('%s'
             'description "%s"\n'
             '\n'

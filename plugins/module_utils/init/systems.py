@@ -327,7 +327,8 @@ class Upstart(InitSystem):
 
     def render_boot_task(self, task):
         """A task started before each engine (and at boot, unless one instance per engine)."""
-        return boot.render_upstart(task.header, task.short, task.engines, task.script, runlevel=not task.per_engine)
+        return boot.render_upstart(task.header, task.short, task.engines, task.script, runlevel=not task.per_engine,
+                                   rerun_after=task.rerun_after)
 
     def reported_pid(self, svc):
         if svc.tools.get('initctl'):

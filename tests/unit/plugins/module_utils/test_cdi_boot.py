@@ -63,8 +63,11 @@ def test_units_order_the_refresh_before_every_engine_and_after_the_device_nodes(
                'gpufleet-dev-char-links.service' in text
         assert 'Before=containerd.service crio.service docker.service podman.service kubelet.service' in text
     assert '# X-Start-Before:    containerd crio docker podman' in boot.render_unit('sysvinit')
-    # Before each engine, an instance of its own: an event waits only for the jobs it starts.
-    assert 'start on (starting containerd or starting crio or starting docker or starting podman)\n' \
+    assert '# Should-Start:      nvidia-persistenced gpufleet-dev-char-links' in boot.render_unit('sysvinit')
+    # Before each engine, an instance of its own: an event waits only for the jobs it starts; and once more after
+    # the persistence daemon started or stopped (Upstart cannot order it after a job another event is starting).
+    assert 'start on (starting containerd or starting crio or starting docker or starting podman' \
+        ' or started nvidia-persistenced or stopped nvidia-persistenced)\n' \
         'instance $JOB\ntask\n' in boot.render_unit('upstart')
     # The drop-in orders NVIDIA's unit and changes nothing else of it.
     assert [line for line in boot.render_dropin().splitlines() if not line.startswith('#')] == [

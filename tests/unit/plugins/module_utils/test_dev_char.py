@@ -152,6 +152,19 @@ def test_two_nodes_with_one_number_get_one_link():
     assert plan.create == [('195:0', '../nvidia0')]
 
 
+def test_plan_present_removes_the_links_of_nodes_that_are_gone_and_nothing_else():
+    # A GPU off the bus, or a driver reloaded with fewer GPUs: its node is gone, its link points nowhere.
+    entries = {'195:0': link('../nvidia0'), '195:5': link('../nvidia5'), '195:6': link('/dev/nvidia6'),
+               '8:0': link('../sda'), '195:7': dc.Entry('char', None, (195, 7), 1.0),
+               '195:255': link('../nvidia9')}
+    plan = dc.plan_present(NODES, entries)
+    assert plan.remove == [('195:5', '../nvidia5'), ('195:6', '/dev/nvidia6')]
+    assert ('195:0', '../nvidia0') in plan.keep and plan.changes
+    # the link of a node that is there, pointing at a gone node, is a conflict left alone (never removed)
+    assert [name for name, _problem in plan.conflicts] == ['195:255']
+    assert dc.diff(plan, '/dev/char')['before'].count('195:5 -> ../nvidia5') == 1
+
+
 def test_plan_absent_removes_only_links_to_nvidia_nodes():
     entries = {'195:0': link('../nvidia0'), '195:255': link('/dev/nvidiactl'), '237:1': link('../nvidia-caps/nvidia-cap1'),
                '8:0': link('../sda'), '195:7': link('../nvidiafoo'), '195:8': dc.Entry('char', None, (195, 8), 1.0),
