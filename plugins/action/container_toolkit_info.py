@@ -15,3 +15,4 @@ class ActionModule(RoleVarsAction):
 
     MODULE = 'gpufleet.nvidia.container_toolkit_info'
     CONCERN = 'container_toolkit'
+    AUDITED = False  # read-only: no audit trail

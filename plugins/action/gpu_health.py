@@ -15,3 +15,4 @@ class ActionModule(RoleVarsAction):
 
     MODULE = 'gpufleet.nvidia.gpu_health'
     CONCERN = 'gpu_health'
+    AUDITED = False  # read-only: no audit trail

@@ -64,6 +64,7 @@ def nothing_to_run(result, drift_only):
 class ActionModule(BundledDaemonAction):
 
     MODULE = 'gpufleet.nvidia.node_state'
+    AUDITED = False  # it evaluates, changing nothing: no audit trail
 
     @property
     def _supports_async(self):

@@ -64,6 +64,7 @@ author:
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
   - gpufleet.nvidia.role_vars
+  - gpufleet.nvidia.audit
 attributes:
   check_mode:
     support: full
@@ -230,7 +231,7 @@ def main():
     with compiled_once():
         from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.cdi import CONCERN
     module = AnsibleModule(**CONCERN.module_args())
-    module.exit_json(**CONCERN.run(module))
+    module.exit_json(**CONCERN.execute(module))
 
 
 if __name__ == '__main__':

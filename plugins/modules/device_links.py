@@ -37,6 +37,7 @@ author:
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
   - gpufleet.nvidia.role_vars
+  - gpufleet.nvidia.audit
   - gpufleet.nvidia.attributes.FULL
 options:
   state:
@@ -171,7 +172,7 @@ def main():
     with compiled_once():
         from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.device_links import CONCERN
     module = AnsibleModule(**CONCERN.module_args())
-    module.exit_json(**CONCERN.run(module))
+    module.exit_json(**CONCERN.execute(module))
 
 
 if __name__ == '__main__':

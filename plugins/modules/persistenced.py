@@ -38,6 +38,7 @@ author:
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
   - gpufleet.nvidia.role_vars
+  - gpufleet.nvidia.audit
   - gpufleet.nvidia.attributes.FULL
 attributes:
   action:
@@ -308,7 +309,7 @@ def main():
     with compiled_once():
         from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.persistenced import CONCERN
     module = AnsibleModule(**CONCERN.module_args())
-    module.exit_json(**CONCERN.run(module))
+    module.exit_json(**CONCERN.execute(module))
 
 
 if __name__ == '__main__':

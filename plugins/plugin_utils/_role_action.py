@@ -13,6 +13,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+import socket
+import time
+
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
@@ -27,6 +31,22 @@ def missing(exc, module):
                              'inside the gpufleet.nvidia role that has it among its defaults' % (exc.args[0], module))
 
 
+def run_id(pid=None):
+    """This ansible-playbook run's id for the audit trail: the controller's name, and the start time (from /proc)
+    and pid of the process that forked the task's worker, the same for every host and task of the run."""
+    pid = os.getppid() if pid is None else pid
+    started = ''
+    try:
+        with open('/proc/%d/stat' % pid) as handle:
+            ticks = int(handle.read().rsplit(')', 1)[1].split()[19])
+        with open('/proc/stat') as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith('btime '))
+        started = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(boot + ticks // os.sysconf('SC_CLK_TCK'))) + '-'
+    except (OSError, IOError, ValueError, IndexError, StopIteration):
+        pass
+    return '%s-%s%d' % (socket.gethostname().split('.')[0], started, pid)
+
+
 class RoleVarsAction(ActionBase):
     """Runs ``MODULE``, whose options, with ``role_vars: true``, are concern ``CONCERN``'s from the roles'
     variables."""
@@ -36,6 +56,7 @@ class RoleVarsAction(ActionBase):
     _supports_async = True  # as the modules had before they had an action: a task may run them with async
     MODULE = None
     CONCERN = None
+    AUDITED = True  # the module writes the audit trail (its audit_run_id is given here)
 
     def module_args(self, args, task_vars):
         """The module's arguments from the task's (``args``, a copy, may be changed)."""
@@ -53,6 +74,8 @@ class RoleVarsAction(ActionBase):
         """Run the module with ``args`` into ``result``, in the background with the task's ``async`` (as Ansible's
         own action for a module without one does)."""
         wrap_async = self._task.async_val
+        if self.AUDITED and not args.get('audit_run_id'):
+            args = dict(args, audit_run_id=run_id())
         result = merge_hash(result, self._execute_module(module_name=self.MODULE, module_args=args, task_vars=task_vars,
                                                          wrap_async=wrap_async))
         if not wrap_async:

@@ -13,7 +13,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import audit
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 
 
@@ -42,26 +46,54 @@ class Concern(object):
     """A concern module: ``spec`` (its argument spec), ``checks`` (AnsibleModule's cross-option rules) and
     ``run(module) -> result``."""
 
-    def __init__(self, name, module, spec, run, **checks):
+    def __init__(self, name, module, spec, run, audited=True, **checks):
         self.name = name
         self.module = module
         self.spec = spec
         self.run = run
+        self.audited = audited  # a module that changes the host: its changes go to the audit trail
         self.checks = checks
         self.declaration = {'name': name, 'module': module}
 
     @classmethod
-    def declared(cls, declaration, spec, run, **checks):
+    def declared(cls, declaration, spec, run, audited=True, **checks):
         """The concern its ``DECLARATION`` names (its file's literal: scripts/sync-roles reads the same)."""
-        concern = cls(declaration['name'], declaration['module'], spec, run, **checks)
+        concern = cls(declaration['name'], declaration['module'], spec, run, audited, **checks)
         concern.declaration = declaration
         return concern
 
     def argument_spec(self):
-        """The module's whole argument spec: ``spec`` and ``role_vars``, which the module's action plugin handles
+        """The module's whole argument spec: ``spec``, ``role_vars``, which the module's action plugin handles
         (plugin_utils/_role_action.py) and never sends, in the spec so that the documented option is one the module
-        has (node_state validates a concern's options against this same spec)."""
-        return dict(self.spec, role_vars=dict(type='bool', default=False))
+        has (node_state validates a concern's options against this same spec), and the audit trail's options (the
+        action plugin gives ``audit_run_id``)."""
+        spec = dict(self.spec, role_vars=dict(type='bool', default=False))
+        if self.audited:
+            spec.update(audit_log=dict(type='path', default=audit.DEFAULT_PATH), audit_run_id=dict(type='str'))
+        return spec
+
+    def execute(self, module):
+        """``run(module)``'s result; a run that changed the host (not in check mode) appends its line to the audit
+        trail (``host.audit``). The run's diffs are computed for it (their hashes) and returned only when the task
+        asked for them. A trail that cannot be written is a warning and ``audit_error``: the change is made."""
+        if not self.audited:
+            return self.run(module)
+        asked = module._diff
+        module._diff = True
+        try:
+            result = self.run(module)
+        finally:
+            module._diff = asked
+        if result.get('changed') and not module.check_mode and module.params.get('audit_log'):
+            try:
+                audit.append([audit.record(self.name, self.module, result, module.params.get('audit_run_id'),
+                                           by=os.environ.get('SUDO_USER'))], module.params['audit_log'])
+            except (GpufleetError, OSError) as exc:
+                result['audit_error'] = str(exc)
+                module.warn('the audit trail was not written: %s' % exc)
+        if not asked:
+            result.pop('diff', None)
+        return result
 
     def module_args(self):
         """The keyword arguments of the concern module's AnsibleModule."""

@@ -94,7 +94,14 @@ def test_a_concern_action_takes_the_roles_variables_and_keeps_async():
     # a task's own options, without role_vars, go to the module as they are
     plugin, sent = action(ContainerdAction, {'path': '/x.toml', 'apply': 'none'})
     plugin.run(task_vars={})
-    assert sent['module_args'] == {'path': '/x.toml', 'apply': 'none'} and sent['wrap_async'] == 0
+    # (and the run's id for the audit trail, the same for every task of this process's run)
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_action import run_id
+    assert sent['module_args'] == {'path': '/x.toml', 'apply': 'none', 'audit_run_id': run_id()}
+    assert sent['wrap_async'] == 0
+    # a run id the task gives is kept; a read-only concern's module gets none
+    plugin, sent = action(ContainerdAction, {'path': '/x.toml', 'audit_run_id': 'change-1234'})
+    plugin.run(task_vars={})
+    assert sent['module_args']['audit_run_id'] == 'change-1234'
     plugin, sent = action(ContainerdAction, {'role_vars': True, 'path': '/x.toml'})
     with pytest.raises(AnsibleActionFail, match='do not also give path'):
         plugin.run(task_vars=variables)
