@@ -60,6 +60,35 @@ def _engine_words(engines):
     return words
 
 
+def _work_words(work):
+    """The first piece of deferred work in words (and how many more), from a module's ``deferred.work``."""
+    containers = [expect(entry, dict, 'work.containers[]') for entry in expect(work.get('containers'), list,
+                                                                               'work.containers', [])]
+    holders = [expect(entry, dict, 'work.holders[]') for entry in expect(work.get('holders'), list, 'work.holders', [])]
+    if containers:
+        first = 'container %s pid %s' % (_text(containers[0], 'container', 'work'), _text(containers[0], 'pid', 'work'))
+    elif holders:
+        first = 'pid %s %s' % (_text(holders[0], 'pid', 'work'), _text(holders[0], 'name', 'work'))
+    else:
+        first = 'no work listed'
+    more = len(containers) + len(holders) - 1
+    return first + (' +%d' % more if more > 0 else '')
+
+
+def _deferred(node, runtime):
+    """``CONCERN:ACTION(the work)`` for each concern whose change the disruption policy deferred on this node."""
+    results = [('persistenced', _mapping(node, 'persistenced', 'gpu_node_result'))]
+    engines = _mapping(runtime, 'engines', 'container_runtime')
+    results += [(name, _mapping(engines, name, 'engines')) for name in sorted(engines)]
+    words = []
+    for name, result in results:
+        if result.get('deferred') is not None:
+            deferred = _mapping(result, 'deferred', name)
+            words.append('%s:%s(%s)' % (name, _text(deferred, 'action', name + '.deferred'),
+                                        _work_words(_mapping(deferred, 'work', name + '.deferred'))))
+    return words
+
+
 def node_line(node):
     """The words after ``HOST ok`` for a healthy host whose gpu_node_result is ``node``."""
     node = expect(node, dict, 'gpu_node_result')
@@ -82,6 +111,9 @@ def node_line(node):
         words.append('toolkit=' + toolkit_cell(toolkit, converged, False))
     if node.get('gpu_health') is not None:
         words.append('health=' + health_cell(_mapping(node, 'gpu_health', 'gpu_node_result'), False))
+    deferred = _deferred(node, runtime)
+    if deferred:
+        words.append('deferred=' + ','.join(deferred))
     return ' '.join(words + _engine_words(_mapping(runtime, 'engines', 'container_runtime')))
 
 

@@ -36,6 +36,7 @@ DECLARED = (
         'role': 'persistenced',
         'switch': 'gpu_node_persistenced',
         'variables': (
+            ('persistenced_disruption', 'disruption'),
             ('persistenced_state', 'state'),
             ('persistenced_daemon', 'daemon'),
             ('persistenced_driver_path', 'driver_path'),
@@ -67,7 +68,7 @@ DECLARED = (
             'state', 'daemon', 'driver_path', 'bundled_path', 'init_system', 'service_name', 'user',
             'group', 'create_user', 'allow_other_primary_group', 'persistence_mode', 'uvm_persistence_mode',
             'verbose', 'nvidia_cfg_path', 'extra_args', 'state_file', 'backup', 'start_timeout',
-            'remove_user', 'bundled_source',
+            'remove_user', 'disruption', 'bundled_source',
         ),
     },
     {
@@ -162,6 +163,7 @@ DECLARED = (
         'switch': 'gpu_node_container_runtime',
         'engine': True,
         'variables': (
+            ('container_runtime_disruption', 'disruption'),
             ('container_runtime_containerd_config', 'path'),
             ('container_runtime_name', 'name'),
             ('container_runtime_path', 'runtime_path'),
@@ -185,7 +187,8 @@ DECLARED = (
         ),
         'options': (
             'path', 'name', 'runtime_path', 'default_runtime', 'cdi', 'cdi_spec_dirs', 'take_over', 'state',
-            'backup', 'apply', 'service_name', 'apply_timeout', 'verify', 'verify_image', 'verify_devices',
+            'backup', 'apply', 'disruption', 'service_name', 'apply_timeout', 'verify', 'verify_image',
+            'verify_devices',
         ),
     },
     {
@@ -229,6 +232,7 @@ DECLARED = (
         'switch': 'gpu_node_container_runtime',
         'engine': True,
         'variables': (
+            ('container_runtime_disruption', 'disruption'),
             ('container_runtime_daemon_json', 'path'),
             ('container_runtime_name', 'name'),
             ('container_runtime_path', 'runtime_path'),
@@ -252,7 +256,7 @@ DECLARED = (
         ),
         'options': (
             'path', 'name', 'runtime_path', 'runtime_args', 'default_runtime', 'cdi', 'state', 'backup',
-            'apply', 'docker_host', 'service_name', 'apply_timeout', 'verify', 'verify_image',
+            'apply', 'disruption', 'docker_host', 'service_name', 'apply_timeout', 'verify', 'verify_image',
             'verify_devices',
         ),
     },

@@ -148,7 +148,8 @@ def test_containerd_gets_the_role_defaults():
     assert built()['containerd'] == {
         'path': '/etc/containerd/config.toml', 'name': 'nvidia', 'take_over': False, 'state': 'present',
         'backup': False, 'apply': 'auto', 'service_name': 'containerd', 'apply_timeout': 60, 'verify': True,
-        'verify_image': '', 'verify_devices': ['all'], 'cdi_spec_dirs': ['/etc/cdi', '/var/run/cdi']}
+        'verify_image': '', 'verify_devices': ['all'], 'cdi_spec_dirs': ['/etc/cdi', '/var/run/cdi'],
+        'disruption': 'defer'}
     changed = built(container_runtime_path='/opt/nvidia/runtime', container_runtime_default=True)['containerd']
     assert (changed['runtime_path'], changed['default_runtime']) == ('/opt/nvidia/runtime', True)
 

@@ -31,6 +31,7 @@ DECLARATION = {
     'switch': 'gpu_node_container_runtime',
     'engine': True,
     'variables': (
+        ('container_runtime_disruption', 'disruption'),
         ('container_runtime_containerd_config', 'path'),
         ('container_runtime_name', 'name'),
         ('container_runtime_path', 'runtime_path'),

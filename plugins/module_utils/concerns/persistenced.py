@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base import Concern
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import RunFailed
@@ -26,6 +27,7 @@ DECLARATION = {
     'role': 'persistenced',
     'switch': 'gpu_node_persistenced',
     'variables': (
+        ('persistenced_disruption', 'disruption'),
         ('persistenced_state', 'state'),
         ('persistenced_daemon', 'daemon'),
         ('persistenced_driver_path', 'driver_path'),
@@ -71,6 +73,7 @@ SPEC = dict(
     backup=dict(type='bool', default=True),
     start_timeout=dict(type='float', default=30.0),
     remove_user=dict(type='bool', default=False),
+    disruption=dict(type='str', default=workload.DEFAULT_POLICY, choices=list(workload.POLICIES)),
     bundled_source=dict(type='str', no_log=True),
 )
 

@@ -40,6 +40,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import locks
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths as host_paths
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines import verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import (
     DocumentError, GpufleetError, ServiceError)
@@ -64,6 +65,7 @@ SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
     apply=dict(type='str', default='auto', choices=['auto', 'restart', 'none']),
+    disruption=dict(type='str', default=workload.DEFAULT_POLICY, choices=list(workload.POLICIES)),
     service_name=dict(type='str', default='containerd'),
     apply_timeout=dict(type='int', default=60),
     **verify.SPEC
@@ -75,7 +77,7 @@ class Request(Options):
 
     SPEC = SPEC
     OPTIONS = ('path', 'name', 'runtime_path', 'default_runtime', 'cdi', 'cdi_spec_dirs', 'state', 'apply',
-               'apply_timeout', 'take_over')
+               'apply_timeout', 'take_over', 'disruption')
     NAMES = {'apply_timeout': 'timeout'}
 
 
@@ -154,6 +156,10 @@ class Converge(object):
                 started = procs.start_time(pid)
                 stale = procs.changed_since([real] + list(imports), started) if started else [real]
             action = result['action'] = decide(request, pid, file_changed, stale)
+            deferred = workload.deferral(request.disruption, 'restart', 'Restarting containerd',
+                                         check_mode=check_mode) if action == 'restart' else None
+            if deferred:
+                return workload.defer(result, deferred)
             if action == 'restart':
                 result['changed'] = True
             self.address = cd.get(before, ('grpc', 'address')) or DEFAULT_ADDRESS

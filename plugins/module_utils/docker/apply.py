@@ -25,6 +25,7 @@ import time
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import daemon_json as dj
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.docker import dockerd as docker_dockerd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import locks
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
@@ -48,6 +49,7 @@ SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
     apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
+    disruption=dict(type='str', default=workload.DEFAULT_POLICY, choices=list(workload.POLICIES)),
     docker_host=dict(type='str', default='unix:///var/run/docker.sock'),
     service_name=dict(type='str', default='docker'),
     apply_timeout=dict(type='int', default=60, aliases=['timeout']),
@@ -61,7 +63,7 @@ class Request(Options):
 
     SPEC = SPEC
     OPTIONS = ('path', 'name', 'runtime_path', 'runtime_args', 'default_runtime', 'cdi', 'state', 'apply',
-               'apply_timeout')
+               'apply_timeout', 'disruption')
     NAMES = {'apply_timeout': 'timeout'}
 
     def merge(self, text):
@@ -201,12 +203,18 @@ class Converge(object):
             if action in ('reload', 'restart'):
                 result['changed'] = True
             self.check_option_keys(merged, action)
+            deferred = workload.deferral(request.disruption, 'restart', 'Restarting dockerd', check_mode=check_mode) \
+                if action == 'restart' else None
+            if deferred:
+                return workload.defer(result, deferred)
             if not check_mode:
                 self.write(real, current, merged)
                 if action in ('reload', 'restart'):
                     applier = Applier(request, self.service, self.api, real, current.text if current.exists else None,
                                       self.label, dj.compare_running, merged.after, flags, self.poll, self.reload_wait)
                     info = applier.apply(action, result)
+                    if result.get('deferred'):
+                        return workload.defer(result, result['deferred'])
             result['dockerd_pid_after'] = pid if check_mode else (self.service.pid() if elsewhere is None else None)
             if info:
                 result['runtimes'] = dict((info.get('Runtimes') or {}).items())
@@ -364,7 +372,7 @@ class Applier(object):
         """Reload or restart; returns dockerd's ``/info`` once it runs the new configuration."""
         if action == 'reload':
             info = self.reload(result)
-            if info is not None:
+            if info is not None or result.get('deferred'):
                 return info
         return self.restart(result['dockerd_pid_before'], reloaded=action == 'reload')
 
@@ -388,6 +396,14 @@ class Applier(object):
                                   'file was restored. dockerd said: %s'
                                   % (request.path, error or 'still differs',
                                      docker_dockerd.dockerd_error(service.recent_log(time.time() - 60)) or 'nothing'))
+        deferred = workload.deferral(request.disruption, 'restart', 'Restarting dockerd (a reload did not apply '
+                                     'the change: %s)' % (error or 'the running configuration still differs'))
+        if deferred:
+            # No restart under GPU work: the previous file back, and dockerd reloaded with it, as before this run.
+            self.restore()
+            service.reload()
+            result['deferred'] = deferred
+            return None
         result['action'] = 'restart'
         result['warnings'].append('a reload did not apply the change (%s); dockerd was restarted instead'
                                   % (error or 'the running configuration still differs'))

@@ -23,6 +23,7 @@ import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import actions as pd_actions
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import facts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
@@ -36,6 +37,29 @@ def persistence_service(init_system, name, run, tools, together=None):
     """The daemon's service: its main process is the persistence daemon its pid file names."""
     return Service(init_system, name, run, tools, find_pid=lambda: pd.pid_alive(pd.PID_FILE),
                    log_files=pd.SYSLOG_FILES, log_filter=pd.LOG_FILTER, together=together)
+
+
+def deferred(result, params, service, actions, check_mode):
+    """Whether ``actions`` restart or stop the daemon while the host has GPU work (other than the daemon's own) and
+    the policy defers that (``host.workload``): then nothing runs and ``result`` says why."""
+    disruptive = [action for action in actions if action in ('restart', 'stop')]
+    if not disruptive:
+        return False
+    found = workload.deferral(params.get('disruption', workload.DEFAULT_POLICY), disruptive[0], '%s the persistence '
+                              'daemon (%s)' % ('Restarting' if disruptive[0] == 'restart' else 'Stopping',
+                                               params['service_name']),
+                              exclude=tuple(pid for pid in (service.pid(),) if pid), check_mode=check_mode)
+    if found:
+        workload.defer(result, found, actions_key='actions')
+    return bool(found)
+
+
+def report_holders(result, warnings, host, exclude=()):
+    """Which processes still hold NVIDIA device files (``facts.device_holders``): information, and a warning, since
+    they keep the driver from being unloaded or a GPU from being reset."""
+    result['device_holders'], warning = facts.device_holders(exclude)
+    if warning:
+        warnings.append('%s: %s' % (host, warning))
 
 
 class Deployer(object):
@@ -143,6 +167,8 @@ class Deployer(object):
                    'create_user': p['user'] != 'root', 'create_group': p['group'] != 'root'}
         actions = pd.plan_present(current, desired)
         self.result.update(daemon=kind, daemon_path=daemon_path, actions=actions, changed=bool(actions))
+        if deferred(self.result, self.params, self.service, actions, self.calls.check_mode):
+            return
         if self.calls.diff:
             self.result['diff'] = [dict(before_header=self.unit_path, after_header=self.unit_path,
                                         before=current_unit or '', after=desired_unit)]
@@ -221,6 +247,8 @@ class Deployer(object):
         desired = {'remove_user': p['remove_user'], 'user': p['user'], 'group': p['group']}
         actions = pd.plan_absent(current, desired)
         self.result.update(actions=actions, changed=bool(actions))
+        if deferred(self.result, self.params, self.service, actions, self.calls.check_mode):
+            return
         if self.calls.diff and pd.is_ours(unit):
             self.result['diff'] = dict(before_header=self.unit_path, after_header=self.unit_path,
                                        before=unit, after='')
@@ -245,6 +273,8 @@ class Deployer(object):
             self.fail(str(exc) if pid is None else '%s (a daemon runs without it, pid %d: stop it by hand)'
                       % (exc, pid))
         self.result.update(actions=actions, changed=bool(actions))
+        if deferred(self.result, self.params, self.service, actions, self.calls.check_mode):
+            return
         if self.calls.diff:
             header = '%s (service state)' % p['service_name']
             self.result['diff'] = dict(before_header=header, after_header=header, after='stopped\n',
@@ -278,11 +308,7 @@ class Deployer(object):
         self.result['pid'] = None
 
     def report_holders(self, exclude=()):
-        """Which processes still hold NVIDIA device files (``facts.device_holders``): information, and a warning,
-        since they keep the driver from being unloaded or a GPU from being reset."""
-        self.result['device_holders'], warning = facts.device_holders(exclude)
-        if warning:
-            self.warnings.append('%s: %s' % (self.host, warning))
+        report_holders(self.result, self.warnings, self.host, exclude)
 
     # What each action of any plan does (``actions``): one table for every state. Errors go to the state's handler.
     ACTIONS = pd_actions.ACTIONS

@@ -83,7 +83,7 @@ def test_a_concern_action_takes_the_roles_variables_and_keeps_async():
                  'container_runtime_containerd_service_name': 'containerd', 'container_runtime_timeout': 60,
                  'container_runtime_verify': True, 'container_runtime_verify_image': '',
                  'container_runtime_verify_devices': ['all'], 'container_runtime_cdi': None,
-                 'container_runtime_cdi_spec_dirs': ['/etc/cdi', '/var/run/cdi']}
+                 'container_runtime_cdi_spec_dirs': ['/etc/cdi', '/var/run/cdi'], 'container_runtime_disruption': 'defer'}
     plugin, sent = action(ContainerdAction, {'role_vars': True})
     plugin._templar = Templar(loader=DataLoader(), variables=variables)
     plugin._task.async_val = 30
@@ -91,6 +91,7 @@ def test_a_concern_action_takes_the_roles_variables_and_keeps_async():
     assert sent['module_name'] == 'gpufleet.nvidia.containerd_runtime' and sent['wrap_async'] == 30
     assert sent['module_args']['default_runtime'] is True and 'runtime_path' not in sent['module_args']
     assert sent['module_args']['path'] == '/etc/containerd/config.toml' and 'role_vars' not in sent['module_args']
+    assert sent['module_args']['disruption'] == 'defer'
     # a task's own options, without role_vars, go to the module as they are
     plugin, sent = action(ContainerdAction, {'path': '/x.toml', 'apply': 'none'})
     plugin.run(task_vars={})

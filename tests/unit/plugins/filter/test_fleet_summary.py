@@ -100,3 +100,18 @@ def test_the_health_word_and_a_host_value_outside_the_verdicts():
     # the same rule as the drift report's health column: a value outside the closed sets fails that host's line
     bad = fleet_summary(['h1'], {'h1': dict(NODE, gpu_health={'verdict': 'FAIL\x1b[2J', 'action': 'reset_gpu'})})[0]
     assert 'was malformed' in bad and bad.isprintable()
+
+
+def test_a_deferred_change_says_which_concern_what_and_the_work_that_held_it():
+    node = dict(NODE, persistenced=dict(NODE['persistenced'], deferred={
+        'action': 'stop', 'policy': 'defer',
+        'work': {'containers': [{'pid': 100, 'name': 'sleep', 'container': '1a2b3c4d5e6f', 'devices': ['/dev/nvidia0']}],
+                 'holders': [{'pid': 7, 'name': 'train', 'uid': 1000, 'paths': ['/dev/nvidia0']}]}}))
+    node['container_runtime'] = dict(NODE['container_runtime'], engines={'containerd': {
+        'runtimes': [], 'action': 'deferred', 'deferred': {'action': 'restart', 'work': {
+            'holders': [{'pid': 7, 'name': 'tr\x1bain', 'uid': 1000, 'paths': ['/dev/nvidia0']}]}}}})
+    (line,) = fleet_summary(['h1'], {'h1': node})
+    assert ' deferred=persistenced:stop(container 1a2b3c4d5e6f pid 100 +1),containerd:restart(pid 7 tr\\x1bain) ' \
+        in line + ' '
+    hostile = dict(NODE, persistenced={'deferred': {'action': 'stop', 'work': {'containers': 'x'}}})
+    assert fleet_summary(['h1'], {'h1': hostile})[0].startswith('h1 failed: its gpu_node_result was malformed')
