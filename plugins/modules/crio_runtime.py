@@ -71,6 +71,7 @@ extends_documentation_fragment:
   - gpufleet.nvidia.attributes
   - gpufleet.nvidia.role_vars
   - gpufleet.nvidia.audit
+  - gpufleet.nvidia.disruption
 attributes:
   check_mode:
     support: full
@@ -231,6 +232,11 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+deferred:
+  description: With O(disruption=defer) and GPU work on the host, what was left out (C(action)), the C(policy), the
+    C(work) found (C(holders) and C(containers), with pids, names, container ids and devices) and C(msg).
+  returned: when the change was deferred
+  type: dict
 path:
   description: The drop-in file, as given.
   returned: always

@@ -199,6 +199,7 @@ DECLARED = (
         'switch': 'gpu_node_container_runtime',
         'engine': True,
         'variables': (
+            ('container_runtime_disruption', 'disruption'),
             ('container_runtime_crio_dropin', 'path'),
             ('container_runtime_crio_config', 'config_path'),
             ('container_runtime_crio_config_dir', 'config_dir'),
@@ -221,7 +222,8 @@ DECLARED = (
         ),
         'options': (
             'path', 'config_path', 'config_dir', 'name', 'runtime_path', 'default_runtime', 'cdi',
-            'cdi_spec_dirs', 'take_over', 'state', 'backup', 'apply', 'service_name', 'apply_timeout',
+            'cdi_spec_dirs', 'take_over', 'state', 'backup', 'apply', 'disruption', 'service_name',
+            'apply_timeout',
         ),
     },
     {

@@ -284,3 +284,21 @@ def test_check_mode_changes_nothing(lab_containerd):
     result, service = converge(lab, check_mode=True)
     assert result['file_changed'] and result['action'] == 'restart'
     assert read(lab.config) == original and lab.pid() == pid and service.restarts == 0
+
+
+WORK = {'holders': [{'pid': 7, 'name': 'train', 'uid': 1000, 'paths': ['/dev/nvidia0']}], 'containers': []}
+
+
+def test_a_restart_under_gpu_work_waits_with_defer_and_runs_with_force(lab_containerd, monkeypatch):
+    # The work is given (host.workload.find reads this machine's /proc, where other suites' GPU work may run): the
+    # policy's decision is what is tested here; molecule scenario upgrade finds real work in lab hosts.
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
+    monkeypatch.setattr(workload, 'find', lambda exclude=(), proc='/proc': WORK)
+    lab = lab_containerd
+    original, pid = read(lab.config), lab.pid()
+    result, service = converge(lab, disruption='defer')
+    assert result['action'] == 'deferred' and not result['changed'] and result['deferred']['work'] == WORK
+    assert 'Restarting containerd deferred (disruption: defer)' in result['msg'] and 'pid 7 (train' in result['msg']
+    assert service.restarts == 0 and lab.pid() == pid and read(lab.config) == original
+    result, service = converge(lab, disruption='force')
+    assert result['action'] == 'restart' and service.restarts == 1 and lab.pid() != pid

@@ -423,3 +423,20 @@ def test_apply_none_does_not_depend_on_a_dockerd_that_does_not_answer(lab_docker
     finally:
         os.kill(pid, signal.SIGCONT)
     assert lab.pid() == pid
+
+
+def test_a_restart_under_gpu_work_waits_with_defer_and_runs_with_force(lab_dockerd, monkeypatch):
+    # The work is given (host.workload.find reads this machine's /proc, where other suites' GPU work may run): the
+    # policy's decision is what is tested here; molecule scenario upgrade finds real work in lab hosts.
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
+    work = {'holders': [], 'containers': [{'pid': 9, 'name': 'python', 'container': '1a2b3c4d5e6f',
+                                          'devices': ['/dev/nvidia0']}]}
+    monkeypatch.setattr(workload, 'find', lambda exclude=(), proc='/proc': work)
+    lab = lab_dockerd
+    original, pid = read(lab.config), lab.pid()
+    result, service = converge(lab, apply='restart', disruption='defer')
+    assert result['action'] == 'deferred' and not result['changed'] and result['deferred']['work'] == work
+    assert 'Restarting dockerd deferred' in result['msg'] and 'container 1a2b3c4d5e6f' in result['msg']
+    assert lab.pid() == pid and read(lab.config) == original
+    result, service = converge(lab, apply='restart', disruption='force')
+    assert result['action'] == 'restart' and lab.pid() != pid

@@ -30,6 +30,7 @@ DECLARATION = {
     'switch': 'gpu_node_container_runtime',
     'engine': True,
     'variables': (
+        ('container_runtime_disruption', 'disruption'),
         ('container_runtime_crio_dropin', 'path'),
         ('container_runtime_crio_config', 'config_path'),
         ('container_runtime_crio_config_dir', 'config_dir'),

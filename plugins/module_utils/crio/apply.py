@@ -36,6 +36,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import locks
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths as host_paths
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError, GpufleetError, \
     HostFileError, ServiceError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import found_by
@@ -268,6 +269,10 @@ class Converge(object):
             if action == 'deferred' and request.apply == 'reload' and pid:
                 self.warnings.append('apply=reload: this CRI-O (%s) does not reload runtimes (1.26 and later do); '
                                      'the file was written, restart crio to use it.' % result['crio_version'])
+            deferred = workload.deferral(request.disruption, 'restart', 'Restarting CRI-O', check_mode=check_mode) \
+                if action == 'restart' else None
+            if deferred:
+                return workload.defer(result, deferred)
             if action in ('reload', 'restart'):
                 result['changed'] = True
             if not check_mode:

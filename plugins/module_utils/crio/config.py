@@ -221,6 +221,7 @@ SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
     apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
+    disruption=dict(type='str', default='force', choices=['defer', 'force']),
     service_name=dict(type='str', default='crio'),
     apply_timeout=dict(type='int', default=60),
 )
@@ -231,7 +232,7 @@ class Request(Options):
 
     SPEC = SPEC
     OPTIONS = ('path', 'config_path', 'config_dir', 'name', 'runtime_path', 'default_runtime', 'cdi', 'cdi_spec_dirs',
-               'take_over', 'state', 'apply', 'apply_timeout')
+               'take_over', 'state', 'apply', 'apply_timeout', 'disruption')
     NAMES = {'apply_timeout': 'timeout'}
 
 

@@ -488,3 +488,17 @@ def test_an_earlier_versions_leftover_temp_file_is_not_taken_for_a_drop_in(host)
     assert predicted['changed'] and 'nvidia' not in predicted['runtimes'] and leftover.exists()
     result = converge(host, service, apply='none', state='absent')
     assert 'nvidia' not in result['runtimes'] and os.listdir(str(dropins)) == []
+
+
+def test_a_restart_under_gpu_work_is_deferred_with_defer_and_made_with_force(host, monkeypatch):
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
+    work = {'holders': [{'pid': 7, 'name': 'train', 'uid': 1000, 'paths': ['/dev/nvidia0']}], 'containers': []}
+    monkeypatch.setattr(workload, 'find', lambda exclude=(), proc='/proc': work)
+    service = FakeService()
+    deferred = converge(host, service, disruption='defer')
+    assert deferred['action'] == 'deferred' and not deferred['changed'] and service.calls == []
+    assert deferred['deferred']['work'] == work and 'Restarting CRI-O deferred' in deferred['msg']
+    assert not (host / 'crio.conf.d' / '99-nvidia.conf').exists()  # nothing written either
+    assert converge(host, service, disruption='defer', check_mode=True)['action'] == 'restart'  # a check says it
+    forced = converge(host, service, disruption='force')
+    assert forced['action'] == 'restart' and service.calls == ['restart']
