@@ -21,6 +21,11 @@ __metaclass__ = type
 import copy
 
 
+# The disruption policy's option, one declaration for every module that restarts or stops a service (host.workload
+# decides with it): defer while the host has GPU work, or force (the modules' default, their behaviour before it).
+DISRUPTION = dict(type='str', default='force', choices=['defer', 'force'])
+
+
 class Options(object):
     """The options ``OPTIONS`` of the argument spec ``SPEC`` as attributes (named as ``NAMES`` says)."""
 

@@ -76,15 +76,15 @@ class Concern(object):
         """``run(module)``'s result; a run that changed the host (not in check mode) appends its line to the audit
         trail (``host.audit``). The run's diffs are computed for it (their hashes) and returned only when the task
         asked for them. A trail that cannot be written is a warning and ``audit_error``: the change is made."""
-        if not self.audited:
-            return self.run(module)
+        if not self.audited or module.check_mode or not module.params.get('audit_log'):
+            return self.run(module)  # no trail to write: no diffs computed for it
         asked = module._diff
         module._diff = True
         try:
             result = self.run(module)
         finally:
             module._diff = asked
-        if result.get('changed') and not module.check_mode and module.params.get('audit_log'):
+        if result.get('changed'):
             try:
                 audit.append([audit.record(self.name, self.module, result, module.params.get('audit_run_id'),
                                            by=os.environ.get('SUDO_USER'))], module.params['audit_log'])

@@ -12,10 +12,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base import Concern
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import RunFailed
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import DISRUPTION
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced.deploy import Deployer
 
 
@@ -73,7 +73,7 @@ SPEC = dict(
     backup=dict(type='bool', default=True),
     start_timeout=dict(type='float', default=30.0),
     remove_user=dict(type='bool', default=False),
-    disruption=dict(type='str', default=workload.DEFAULT_POLICY, choices=list(workload.POLICIES)),
+    disruption=dict(DISRUPTION),
     bundled_source=dict(type='str', no_log=True),
 )
 

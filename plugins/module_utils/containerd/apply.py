@@ -44,7 +44,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import worklo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines import verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import (
     DocumentError, GpufleetError, ServiceError)
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import Options
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import DISRUPTION, Options
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import found_by
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd.facts import _names, containerd_error
 
@@ -65,7 +65,7 @@ SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
     apply=dict(type='str', default='auto', choices=['auto', 'restart', 'none']),
-    disruption=dict(type='str', default=workload.DEFAULT_POLICY, choices=list(workload.POLICIES)),
+    disruption=dict(DISRUPTION),
     service_name=dict(type='str', default='containerd'),
     apply_timeout=dict(type='int', default=60),
     **verify.SPEC

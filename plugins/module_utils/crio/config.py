@@ -41,7 +41,7 @@ import re
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import toml_splice as ts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import Options
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import DISRUPTION, Options
 
 DEFAULT_CONFIG = '/etc/crio/crio.conf'
 DEFAULT_DIR = '/etc/crio/crio.conf.d'
@@ -221,7 +221,7 @@ SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
     apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
-    disruption=dict(type='str', default='force', choices=['defer', 'force']),
+    disruption=dict(DISRUPTION),
     service_name=dict(type='str', default='crio'),
     apply_timeout=dict(type='int', default=60),
 )

@@ -32,7 +32,7 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import json_splice as splice
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines import verify as engines_verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import Options
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import DISRUPTION, Options
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import found_by
 
 DaemonJsonError = dj.DaemonJsonError
@@ -49,7 +49,7 @@ SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
     backup=dict(type='bool', default=False),
     apply=dict(type='str', default='auto', choices=['auto', 'reload', 'restart', 'none']),
-    disruption=dict(type='str', default=workload.DEFAULT_POLICY, choices=list(workload.POLICIES)),
+    disruption=dict(DISRUPTION),
     docker_host=dict(type='str', default='unix:///var/run/docker.sock'),
     service_name=dict(type='str', default='docker'),
     apply_timeout=dict(type='int', default=60, aliases=['timeout']),

@@ -34,11 +34,11 @@ import pwd
 import re
 import stat
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import DISRUPTION
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
 
-POLICIES = ('defer', 'force')
 # The modules' default keeps their behaviour; the roles (gpu_node_disruption) default to defer.
-DEFAULT_POLICY = 'force'
+DEFAULT_POLICY = DISRUPTION['default']
 DEVICE_PREFIX = '/dev/nvidia'
 GPU_NODE = re.compile(r'^nvidia[0-9]{1,3}$')
 NVIDIA_MAJOR = 195

@@ -43,9 +43,10 @@ def deferred(result, params, service, actions, check_mode):
     """Whether ``actions`` restart or stop the daemon while the host has GPU work (other than the daemon's own) and
     the policy defers that (``host.workload``): then nothing runs and ``result`` says why."""
     disruptive = [action for action in actions if action in ('restart', 'stop')]
-    if not disruptive:
-        return False
-    found = workload.deferral(params.get('disruption', workload.DEFAULT_POLICY), disruptive[0], '%s the persistence '
+    policy = params.get('disruption', workload.DEFAULT_POLICY)
+    if not disruptive or policy != 'defer' or check_mode:
+        return False  # nothing to ask the init system for (the daemon's pid) when nothing can be deferred
+    found = workload.deferral(policy, disruptive[0], '%s the persistence '
                               'daemon (%s)' % ('Restarting' if disruptive[0] == 'restart' else 'Stopping',
                                                params['service_name']),
                               exclude=tuple(pid for pid in (service.pid(),) if pid), check_mode=check_mode)

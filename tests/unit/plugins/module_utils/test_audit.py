@@ -126,9 +126,12 @@ class FakeModule(object):
         self.warnings.append(text)
 
 
+SEEN_DIFF = []
+
+
 def concern(result):
     def run(module):
-        assert module._diff is True  # the diffs are computed for the trail's hashes
+        SEEN_DIFF.append(module._diff)  # whether the run computed its diffs
         return dict(result)
     return Concern('docker', 'docker_runtime', {}, run)
 
@@ -138,7 +141,9 @@ CHANGED = {'changed': True, 'action': 'restart', 'diff': {'before': 'a\n', 'afte
 
 def test_a_concern_run_that_changed_the_host_writes_one_line_with_the_run_id(tmp_path):
     path = str(tmp_path / 'audit.jsonl')
+    del SEEN_DIFF[:]
     result = concern(CHANGED).execute(FakeModule({'audit_log': path, 'audit_run_id': 'run-7'}))
+    assert SEEN_DIFF == [True]  # the diffs are computed for the trail's hashes
     assert 'diff' not in result  # not asked for
     (entry,) = lines(path)
     assert entry['run_id'] == 'run-7' and entry['service_actions'] == ['restart']
@@ -149,10 +154,13 @@ def test_a_concern_run_that_changed_the_host_writes_one_line_with_the_run_id(tmp
 
 def test_no_line_in_check_mode_for_an_unchanged_run_or_without_a_log(tmp_path):
     path = str(tmp_path / 'audit.jsonl')
+    del SEEN_DIFF[:]
     concern(CHANGED).execute(FakeModule({'audit_log': path}, check_mode=True))
     concern({'changed': False, 'action': 'none'}).execute(FakeModule({'audit_log': path}))
     concern(CHANGED).execute(FakeModule({'audit_log': ''}))
     assert not os.path.exists(path)
+    # no trail to write in check mode or without a log: no diffs computed for it
+    assert SEEN_DIFF == [False, True, False]
 
 
 def test_a_trail_that_cannot_be_written_is_a_warning_and_the_change_stands(tmp_path):
