@@ -8,7 +8,8 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    """The audit trail of the modules that change a host: one JSON line per change, in a root-only log."""
+    """The audit trail of the modules that change a host (one JSON line per change, in a root-only log) and their
+    rollback store (what each run changed, to put it back)."""
 
     DOCUMENTATION = r'''
 options:
@@ -30,4 +31,18 @@ options:
       - The run the audit line belongs to. Set by the module's action plugin, the same for every host and task of
         one C(ansible-playbook) run (the controller's process and its start time); give it to name a run yourself.
     type: str
+  rollback_store:
+    description:
+      - The host's rollback store, a root-only directory. A run that changed files (not in check mode) saves, under
+        O(audit_run_id), each changed file's text before the run (or that the run created it), the SHA-256 of its
+        text after, and what the run did to its service; M(gpufleet.nvidia.rollback) puts them back.
+      - "One file per run, named by a hash of the run id, JSON lines, mode 0600, written as the audit trail is: never
+        through a link, a regular file of root's with one link; the directory is made mode 0700 and refused when
+        anyone but root can open it. The newest 8 runs are kept; a record over 4 MiB is refused."
+      - A file in a directory another user can change, or a diff that is not a file (links, GPU modes), is not
+        saved. Not under C(/var/lib/gpufleet), the persistence state directory, which the daemon's service user owns.
+      - An empty value saves nothing. A record that cannot be saved is a warning and C(rollback_error) in the result;
+        the change itself is made.
+    type: path
+    default: /var/lib/gpufleet-rollback
 '''

@@ -35,6 +35,14 @@ options:
     description: Host name to the message of the host's failure, for the hosts that failed.
     type: dict
     default: {}
+  stopped:
+    description:
+      - Host name to the health gate's record, for the hosts that came back from their change worse and stopped the
+        rollout (C(msg), and C(rollback), the M(gpufleet.nvidia.rollback) result). Such a host's line is
+        C(HOST stopped the rollout, health BEFORE -> AFTER (...); rolled back, ...); a host with no result then is
+        C(HOST not reached, the rollout stopped at HOST).
+    type: dict
+    default: {}
 author:
   - gpufleet.nvidia maintainers (@gpufleet)
 '''

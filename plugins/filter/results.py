@@ -11,10 +11,11 @@ from ansible_collections.gpufleet.nvidia.plugins.plugin_utils import _results
 
 
 def gpu_node_result(state, device_links=None, persistenced=None, gpu_persistence=None, container_toolkit=None,
-                    container_runtime=None, cdi=None, gpu_health=None):
+                    container_runtime=None, cdi=None, gpu_health=None, slurm_node=None, drain=None, health_gate=None):
     return _results.node_result(state, device_links=device_links, persistenced=persistenced,
                                 gpu_persistence=gpu_persistence, container_toolkit=container_toolkit,
-                                container_runtime=container_runtime, cdi=cdi, gpu_health=gpu_health)
+                                container_runtime=container_runtime, cdi=cdi, gpu_health=gpu_health,
+                                slurm_node=slurm_node, drain=drain, health_gate=health_gate)
 
 
 def gpu_node_run(state, drift_only=False):

@@ -36,80 +36,12 @@ author:
 extends_documentation_fragment:
   - gpufleet.nvidia.attributes
   - gpufleet.nvidia.role_vars
+  - gpufleet.nvidia.contract
+  - gpufleet.nvidia.audit
   - gpufleet.nvidia.attributes.INFO_MODULE
 requirements:
   - nvidia-ml-py on the managed host (without it the verdict is V(UNKNOWN) and RV(missing_library) says so)
 options:
-  contract:
-    description:
-      - The node contract, what the site expects of this node. Every key is optional; a key left out is not
-        checked (or, for a threshold, has its default). An unknown key, a wrong type or a bad choice is refused
-        before anything runs, naming the key.
-    type: dict
-    suboptions:
-      gpu_count:
-        description: The number of GPUs NVML must list. Fewer is V(FAIL) (V(reboot_node)), more V(WARN).
-        type: int
-      gpu_model:
-        description: The GPUs' name as NVML gives it; a shell pattern (C(NVIDIA H100*)) matches case-sensitively.
-        type: str
-      pci_bus_ids:
-        description: PCI bus ids that must each have a GPU (C(0000:01:00.0); the domain may have 4 or 8 digits).
-        type: list
-        elements: str
-      driver_version:
-        description: The exact driver version (C(550.163.01)).
-        type: str
-      driver_branch:
-        description: The driver branch, the version's first number (C(550)).
-        type: str
-      mig_mode:
-        description: The MIG mode every MIG-capable GPU must be in.
-        type: str
-        choices: [enabled, disabled]
-      persistence_mode:
-        description: The persistence mode every GPU must be in (in node_state, gpu_persistence's wish takes its
-          place).
-        type: str
-        choices: [enabled, disabled]
-      nvlink_links:
-        description: The number of active NVLink links each GPU must have.
-        type: int
-      fabric:
-        description: Whether each GPU must have completed its NVLink fabric registration (NVSwitch systems).
-        type: bool
-      pcie_min_generation:
-        description: The lowest PCIe link generation accepted (GPUs lower it when idle, so set it with care).
-        type: int
-      pcie_min_width:
-        description: The narrowest PCIe link accepted; by default the GPU's own maximum width.
-        type: int
-      thresholds:
-        description: The checks' thresholds (defaults from DCGM's health watches).
-        type: dict
-        suboptions:
-          ecc_volatile_uncorrected:
-            description: Volatile uncorrected (double-bit) ECC errors at which ECC fails (default 1).
-            type: int
-          retired_pages:
-            description: Retired pages at which retired_pages fails (default 63).
-            type: int
-          remapped_rows_uncorrectable:
-            description: Rows remapped for uncorrectable errors at which remapped_rows warns (default 512).
-            type: int
-          temperature_margin:
-            description: Degrees below the GPU's slowdown threshold at which temperature warns (default 0).
-            type: int
-      ignore:
-        description: Checks not to report (their verdicts do not count).
-        type: list
-        elements: str
-        choices: [nvml, gpu_count, pci_bus_ids, driver, xid, model, ecc, retired_pages, remapped_rows, sram_ecc,
-                  recovery_action, clocks, temperature, pcie, nvlink, fabric, mig, persistence, configuration]
-      xid_ignore:
-        description: XID codes not to count (for example codes a site's applications cause).
-        type: list
-        elements: int
   metrics:
     description: Write the metrics file.
     type: bool
@@ -125,6 +57,14 @@ options:
     description: Create O(textfile_directory) (root's, mode 0755) when it does not exist.
     type: bool
     default: false
+  verdict_before:
+    description:
+      - The node's verdict before a change (the health gate of the C(gpufleet.nvidia.gpu_node) role gives it). With it,
+        outside check mode, the run appends one line to the audit trail (O(audit_log)) with the verdicts before and
+        after (C(verdict_before), C(verdict_after)), under the run's id, so that each run's changes and the node's
+        health around them are in one place.
+    type: str
+    choices: [PASS, WARN, FAIL, UNKNOWN]
   report_passed:
     description:
       - Return every check in full in RV(checks), the ones that passed too. By default RV(checks) holds the checks

@@ -113,6 +113,12 @@ options:
         can make, C(configuration) (every other concern evaluated here converged) and gpu_persistence's wanted modes
         as the C(persistence) expectation. Its metrics are written unless the play is in check mode.
     type: dict
+  slurm_node:
+    description:
+      - The options of M(gpufleet.nvidia.slurm_node) to evaluate (never its O(gpufleet.nvidia.slurm_node#module:action)
+        steps). Its result has the node's Slurm state, drain reason and jobs, and whether the health check program
+        drifted. A host that is no Slurm node is converged.
+    type: dict
   role_vars:
     description:
       - Build every concern's options on the controller from the C(gpufleet.nvidia) roles' variables, exactly as each

@@ -228,7 +228,8 @@ EXAMPLES = r'''
 RETURN = r'''
 deferred:
   description: With O(disruption=defer) and GPU work on the host, what was left out (C(action)), the C(policy), the
-    C(work) found (C(holders) and C(containers), with pids, names, container ids and devices) and C(msg).
+    C(work) found (C(holders) and C(containers), with pids, names, container ids and devices, and C(slurm_jobs) on a
+    Slurm node) and C(msg).
   returned: when the change was deferred
   type: dict
 actions:

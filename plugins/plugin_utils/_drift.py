@@ -35,7 +35,7 @@ OPTIONAL = _declared_columns(True)
 
 def _empty_row(host):
     return {'host': host, 'status': 'unreachable', 'init': 'n/a', 'daemon': 'n/a', 'gpus_off': [], 'engines_off': [],
-            'toolkit': 'n/a', 'cdi': 'n/a', 'health': 'n/a', 'drifted': [], 'errors': {}}
+            'toolkit': 'n/a', 'cdi': 'n/a', 'health': 'n/a', 'slurm': 'n/a', 'drifted': [], 'errors': {}}
 
 
 def _text(mapping, key, what):
@@ -92,6 +92,23 @@ def _gpus_off(result):
     return off
 
 
+def _slurm(verdict):
+    """A Slurm node's state and drain reason (``IDLE+DRAIN(fan replaced Tuesday)``), and ``program`` when our
+    health check program drifted; n/a for a host that is no Slurm node."""
+    if verdict['failed']:
+        return 'error'
+    result = verdict['result']
+    if not expect(result.get('slurm', False), bool, 'slurm_node.slurm'):
+        return 'n/a'
+    state = expect(result.get('state'), dict, 'slurm_node.state', {})
+    cell = _text(state, 'state', 'slurm_node.state') or 'unknown'
+    if state.get('reason'):
+        cell += '(%s)' % _text(state, 'reason', 'slurm_node.state')
+    if not verdict['converged']:
+        cell += ',program'
+    return cell
+
+
 def _state_row(host, state):
     row = _empty_row(host)
     state = expect(state, dict, 'the result')
@@ -112,6 +129,8 @@ def _state_row(host, state):
         row['toolkit'] = toolkit_cell(verdict['result'], verdict['converged'], verdict['failed'])
     if 'cdi' in verdicts:
         row['cdi'] = _cdi(verdicts['cdi'])
+    if 'slurm_node' in verdicts:
+        row['slurm'] = _slurm(verdicts['slurm_node'])
     if 'gpu_health' in verdicts:
         row['health'] = health_cell(verdicts['gpu_health']['result'], verdicts['gpu_health']['failed'])
     row['engines_off'] = ['%s:%s' % (name, 'error' if verdicts[name]['failed'] else

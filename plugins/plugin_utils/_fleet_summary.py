@@ -65,13 +65,17 @@ def _work_words(work):
     containers = [expect(entry, dict, 'work.containers[]') for entry in expect(work.get('containers'), list,
                                                                                'work.containers', [])]
     holders = [expect(entry, dict, 'work.holders[]') for entry in expect(work.get('holders'), list, 'work.holders', [])]
-    if containers:
+    jobs = [expect(entry, dict, 'work.slurm_jobs[]')
+            for entry in expect(work.get('slurm_jobs'), list, 'work.slurm_jobs', [])]
+    if jobs:
+        first = 'slurm job %s %s' % (_text(jobs[0], 'id', 'work'), _text(jobs[0], 'user', 'work'))
+    elif containers:
         first = 'container %s pid %s' % (_text(containers[0], 'container', 'work'), _text(containers[0], 'pid', 'work'))
     elif holders:
         first = 'pid %s %s' % (_text(holders[0], 'pid', 'work'), _text(holders[0], 'name', 'work'))
     else:
         first = 'no work listed'
-    more = len(containers) + len(holders) - 1
+    more = len(containers) + len(holders) + len(jobs) - 1
     return first + (' +%d' % more if more > 0 else '')
 
 
@@ -87,6 +91,26 @@ def _deferred(node, runtime):
             words.append('%s:%s(%s)' % (name, _text(deferred, 'action', name + '.deferred'),
                                         _work_words(_mapping(deferred, 'work', name + '.deferred'))))
     return words
+
+
+def _slurm(node):
+    """The Slurm node's state after the run (and its reason), with what the drain step did; None without Slurm."""
+    result = _mapping(node, 'slurm_node', 'gpu_node_result')
+    if not expect(result.get('slurm', False), bool, 'slurm_node.slurm'):
+        return None
+    state = _mapping(result, 'state', 'slurm_node')
+    cell = _text(state, 'state', 'slurm_node.state')
+    if state.get('reason'):
+        cell += '(%s)' % _text(state, 'reason', 'slurm_node.state')
+    drain = _mapping(node, 'drain', 'gpu_node_result')
+    if drain:
+        jobs = expect(drain.get('jobs'), list, 'drain.jobs', [])
+        cell += ',drained' if expect(drain.get('changed', False), bool, 'drain.changed') else ',drain_kept'
+        if expect(drain.get('timed_out', False), bool, 'drain.timed_out'):
+            cell += ',timed_out(%d jobs)' % len(jobs)
+        if result.get('verdict') is not None:
+            cell += ',health=' + _text(result, 'verdict', 'slurm_node')
+    return cell
 
 
 def node_line(node):
@@ -111,19 +135,50 @@ def node_line(node):
         words.append('toolkit=' + toolkit_cell(toolkit, converged, False))
     if node.get('gpu_health') is not None:
         words.append('health=' + health_cell(_mapping(node, 'gpu_health', 'gpu_node_result'), False))
+    slurm = _slurm(node)
+    if slurm:
+        words.append('slurm=' + slurm)
     deferred = _deferred(node, runtime)
     if deferred:
         words.append('deferred=' + ','.join(deferred))
     return ' '.join(words + _engine_words(_mapping(runtime, 'engines', 'container_runtime')))
 
 
-def _line(host, result, error):
+def _stop_words(stop):
+    """A stopped rollout's words for the host that stopped it: what got worse and what the rollback did."""
+    stop = expect(stop, dict, 'the rollout stop')
+    words = [_text(stop, 'msg', 'the rollout stop')]
+    rollback = _mapping(stop, 'rollback', 'the rollout stop')
+    if rollback:
+        restored = expect(rollback.get('restored'), list, 'rollback.restored', [])
+        removed = expect(rollback.get('removed'), list, 'rollback.removed', [])
+        conflicts = expect(rollback.get('conflicts'), list, 'rollback.conflicts', [])
+        services = _texts(rollback.get('services'), 'rollback.services') if isinstance(rollback.get('services'), list) \
+            and all(isinstance(item, TEXT) for item in rollback.get('services')) else []
+        words.append('rolled back: %d file(s) restored, %d removed, %d conflict(s)%s'
+                     % (len(restored), len(removed), len(conflicts),
+                        (', services ' + ','.join(services)) if services else ''))
+        if rollback.get('failed'):
+            words.append('the rollback failed: ' + _text(rollback, 'msg', 'rollback'))
+    else:
+        words.append('not rolled back')
+    return '; '.join(words)
+
+
+def _line(host, result, error, stop=None, stopped_by=None):
     host = printable(host)
+    if stop is not None:
+        try:
+            return '%s stopped the rollout: %s' % (host, _stop_words(stop))
+        except Malformed as exc:
+            return '%s stopped the rollout (its record was malformed: %s)' % (host, exc)
     if error is not None:
         message = printable(error) if isinstance(error, TEXT) else \
             'failed, its message malformed (%s, not a string)' % describe(error)
         return '%s %s' % (host, message)
     if result is None:
+        if stopped_by:
+            return '%s not reached: the rollout stopped at %s' % (host, stopped_by)
         return '%s unreachable' % host
     try:
         return '%s ok %s' % (host, node_line(result))
@@ -131,6 +186,10 @@ def _line(host, result, error):
         return '%s failed: its gpu_node_result was malformed (%s); nothing in it was used' % (host, exc)
 
 
-def fleet_summary(hosts, results, errors=None):
+def fleet_summary(hosts, results, errors=None, stopped=None):
+    """One line per host; ``stopped``: host -> the record of the health gate's stop (site.yml's rollout), for the
+    hosts that came back worse (the hosts without a result then were not reached)."""
     errors = errors or {}
-    return [_line(host, results.get(host), errors.get(host)) for host in hosts]
+    stopped = stopped if isinstance(stopped, dict) else {}
+    by = ', '.join(printable(host) for host in hosts if host in stopped) or None
+    return [_line(host, results.get(host), errors.get(host), stopped.get(host), by) for host in hosts]

@@ -77,18 +77,21 @@ def node_run(state, drift_only=False):
 
 
 def node_result(state=None, device_links=None, persistenced=None, gpu_persistence=None, container_toolkit=None,
-                container_runtime=None, cdi=None, gpu_health=None):
+                container_runtime=None, cdi=None, gpu_health=None, slurm_node=None, drain=None, health_gate=None):
     """gpu_node_result: each concern's role result where its role ran, else node_state's check-mode verdict for
     it (a concern it found converged), else None; node_state's whole result under ``state``.
 
-    The container engines: the role's result, and for the engines it did not run, node_state's verdicts."""
+    The container engines: the role's result, and for the engines it did not run, node_state's verdicts. ``drain``:
+    the slurm_node drain step's result (gpu_node_disruption: drain), under ``drain`` where it ran; ``health_gate``: the
+    health gate's record (plugin_utils/_rollout.py), where it ran."""
     roles = {'device_links': device_links, 'persistenced': persistenced, 'gpu_persistence': gpu_persistence,
-             'container_toolkit': container_toolkit, 'cdi': cdi, 'gpu_health': gpu_health}
+             'container_toolkit': container_toolkit, 'cdi': cdi, 'gpu_health': gpu_health, 'slurm_node': slurm_node}
     checked = {}
     if isinstance(state, dict) and isinstance(state.get('concerns'), dict):
         checked = dict((name, verdict.get('result') if isinstance(verdict, dict) else None)
                        for name, verdict in state['concerns'].items())
-    result = {'state': state if evaluated(state) else None}
+    result = {'state': state if evaluated(state) else None, 'drain': drain if ran(drain) else None,
+              'health_gate': health_gate if isinstance(health_gate, dict) else None}
     for key in NODE_KEYS:
         result[key] = roles[key] if ran(roles[key]) else checked.get(key)
     engines_checked = dict((name, value) for name, value in checked.items() if name in ENGINES)

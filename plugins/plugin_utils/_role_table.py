@@ -275,7 +275,7 @@ DECLARED = (
             ('gpu_node_health_textfile_create', 'textfile_create'),
         ),
         'module_only': (
-            'kernel_log', 'report_passed',
+            'kernel_log', 'report_passed', 'verdict_before',
         ),
         'drift': 'health',
         'summary': (
@@ -283,6 +283,31 @@ DECLARED = (
         ),
         'options': (
             'contract', 'metrics', 'textfile_directory', 'textfile_create', 'kernel_log', 'report_passed',
+            'verdict_before',
+        ),
+    },
+    {
+        'name': 'slurm_node',
+        'module': 'slurm_node',
+        'order': 95,
+        'role': 'gpu_node',
+        'switch': 'gpu_node_slurm',
+        'variables': (
+            ('gpu_node_slurm_health_check', 'health_check'),
+            ('gpu_node_slurm_health_check_act', 'health_check_act'),
+            ('gpu_node_contract', 'contract'),
+        ),
+        'module_only': (
+            'action', 'health_check_path', 'health_check_config', 'name', 'reason', 'wait_timeout',
+        ),
+        'drift': 'slurm',
+        'drift_optional': True,
+        'summary': (
+            'slurm',
+        ),
+        'options': (
+            'name', 'health_check', 'health_check_act', 'health_check_path', 'health_check_config',
+            'contract', 'action', 'reason', 'wait_timeout',
         ),
     },
 )

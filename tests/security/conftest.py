@@ -124,3 +124,43 @@ def sandbox():
     os.chmod(path, 0o755)
     yield path
     subprocess.run(["rm", "-rf", "--one-file-system", path], check=False)
+
+
+# As the attacker: try to open a root-only file (argv[1]) for reading, then for appending, and to list its
+# directory; print what each attempt gave (the audit log's and the rollback store's tests).
+PRIVATE_FILE_PROBE = r'''
+import json, os, sys
+path = sys.argv[1]
+found = {}
+for what, flags in (("read", os.O_RDONLY), ("append", os.O_WRONLY | os.O_APPEND)):
+    try:
+        os.close(os.open(path, flags))
+        found[what] = "opened"
+    except OSError as exc:
+        found[what] = exc.errno
+try:
+    os.listdir(os.path.dirname(path))
+    found["list"] = "listed"
+except OSError as exc:
+    found["list"] = exc.errno
+print(json.dumps(found))
+'''
+
+# As the attacker, until argv[2]: the directory argv[1] becomes a link to the vault argv[3] and back again.
+DIRECTORY_SWAP = r'''
+import os, sys, time
+directory, end, vault = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+away = directory + ".away"
+swaps = 0
+while time.time() < end:
+    try:
+        os.rename(directory, away)
+        os.symlink(vault, directory)
+        swaps += 1
+        time.sleep(0.001)
+        os.unlink(directory)
+        os.rename(away, directory)
+    except OSError:
+        pass
+print("swaps", swaps)
+'''

@@ -57,7 +57,8 @@ def site_summary(hosts, hostvars):
     with open(SITE) as handle:
         task = yaml.safe_load(handle)[-1]['tasks'][0]
     assert task['ansible.builtin.debug']['msg'] == (
-        '{{ ansible_play_hosts_all | gpufleet.nvidia.fleet_summary(__results, __errors) }}')
+        '{{ ansible_play_hosts_all | gpufleet.nvidia.fleet_summary(__results, __errors, __stopped) }}')
     variables = templar(**dict(trusted_tree(task['vars']), ansible_play_hosts_all=hosts, hostvars=hostvars))
+    stopped = variables.template(trust_as_template('{{ __stopped }}'))
     return fleet_summary(hosts, variables.template(trust_as_template('{{ __results }}')),
-                         variables.template(trust_as_template('{{ __errors }}')))
+                         variables.template(trust_as_template('{{ __errors }}')), stopped)

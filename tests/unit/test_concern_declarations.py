@@ -55,6 +55,7 @@ EVERY_CONCERN = {
         ('container_toolkit', verdict({'converged': True, 'installed': {}, 'drift': []})),
         ('cdi', verdict({'stale': [], 'actions': []})),
         ('gpu_health', verdict({'verdict': 'FAIL', 'action': 'reset_gpu'})),
+        ('slurm_node', verdict({'slurm': True, 'state': {'state': 'IDLE+DRAIN', 'reason': 'fan replaced Tuesday'}})),
     ] + [(name, verdict({'action': 'restart'}, False)) for name in ENGINES])}
 
 
@@ -75,6 +76,7 @@ def test_the_fleet_summary_prints_the_declared_words():
         'gpu_persistence': {'gpus': [{'index': 0, 'after': 'enabled'}]},
         'container_toolkit': {'converged': True, 'installed': {}, 'drift': []},
         'gpu_health': {'verdict': 'PASS', 'action': 'none'},
+        'slurm_node': {'slurm': True, 'state': {'state': 'IDLE'}},
         'container_runtime': {'runtimes': {'nvidia': {}}, 'action': 'none', 'verification': {'status': 'ok'},
                               'engines': dict((name, {'runtimes': ['nvidia'], 'action': 'none'})
                                               for name in ENGINES)},

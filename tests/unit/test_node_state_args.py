@@ -40,6 +40,7 @@ TASKS = {
     'crio': ('roles/container_runtime/tasks/crio.yml', 'gpufleet.nvidia.crio_runtime'),
     'docker': ('roles/container_runtime/tasks/docker.yml', 'gpufleet.nvidia.docker_runtime'),
     'gpu_health': ('roles/gpu_node/tasks/concerns.yml', 'gpufleet.nvidia.gpu_health'),
+    'slurm_node': ('roles/gpu_node/tasks/concerns.yml', 'gpufleet.nvidia.slurm_node'),
 }
 
 
@@ -49,7 +50,8 @@ def load(path):
 
 
 def task_args(path, module):
-    found = [task[module] for task in load(path) if module in task]
+    # the concern's own task: slurm_node's drain and resume steps add the step (action, wait_timeout) to role_vars
+    found = [task[module] for task in load(path) if module in task and 'action' not in task[module]]
     # One set of options: the container_toolkit role evaluates twice (before and after its changes), with the
     # same options (a YAML alias).
     assert len(found) >= 1 and all(args == found[0] for args in found), '%s: %d tasks call %s' % (

@@ -94,7 +94,8 @@ def test_gpu_node_sets_its_public_result_and_documents_it():
     assert converged['tags'] == leave['tags'] == published['tags'] == ['always']
     # The inner roles' results, and the device_links module's (registered internally by gpu_node), and
     # node_state's whole result under state: every role result is passed to the one filter that builds it.
-    assert sorted(node_result()) == sorted(INNER + ('device_links', 'cdi', 'gpu_health', 'state'))
+    assert sorted(node_result()) == sorted(INNER + ('device_links', 'cdi', 'gpu_health', 'slurm_node', 'drain',
+                                                    'health_gate', 'state'))
     public = role_vars('gpu_node')['__gpu_node_public']
     for name in INNER:
         assert '%s=%s_result | default(none)' % (name, name) in public
@@ -125,11 +126,13 @@ def test_gpu_node_result_holds_each_concern_or_null():
     assert node_result(persistenced_result=persistenced, gpu_persistence_result=skipped, gpu_node_state=skipped,
                        container_runtime_result=runtime, __gpu_node_device_links=links) == {
         'state': None, 'device_links': links, 'persistenced': persistenced, 'gpu_persistence': None,
-        'container_toolkit': None, 'cdi': None, 'container_runtime': runtime, 'gpu_health': None}
+        'container_toolkit': None, 'cdi': None, 'container_runtime': runtime, 'gpu_health': None, 'slurm_node': None,
+        'drain': None, 'health_gate': None}
     # --tags persistenced: the other tasks never ran, so their results are undefined.
     assert node_result(persistenced_result=persistenced) == {
         'state': None, 'device_links': None, 'persistenced': persistenced, 'gpu_persistence': None,
-        'container_toolkit': None, 'cdi': None, 'container_runtime': None, 'gpu_health': None}
+        'container_toolkit': None, 'cdi': None, 'container_runtime': None, 'gpu_health': None, 'slurm_node': None,
+        'drain': None, 'health_gate': None}
     # the toolkit's role ran: its result
     toolkit = {'changed': True, 'converged': True, 'installed': {'nvidia-container-toolkit': '1.20.0-1'},
                'actions': ['install', 'hold']}
@@ -143,6 +146,14 @@ def test_gpu_node_result_holds_each_concern_or_null():
     # without node_state the health module ran: its result
     health = {'changed': False, 'verdict': 'PASS', 'action': 'none', 'checks': []}
     assert node_result(__gpu_node_gpu_health=health)['gpu_health'] == health
+    # the Slurm node: its concern's result, or its resume step's where the drain step ran (and that one under drain)
+    slurm = {'changed': True, 'slurm': True, 'actions': [], 'state': {'state': 'IDLE'}}
+    resumed = dict(slurm, actions=['resume'])
+    drained = dict(slurm, actions=['drain'], jobs=[], timed_out=False)
+    assert node_result(__gpu_node_slurm_node=slurm)['slurm_node'] == slurm
+    both = node_result(__gpu_node_slurm_node=skipped, __gpu_node_drain=drained, __gpu_node_resume=resumed)
+    assert both['slurm_node'] == resumed and both['drain'] == drained
+    assert node_result(__gpu_node_drain=skipped)['drain'] is None
 
 
 def test_gpu_node_result_takes_node_states_verdict_for_what_did_not_run():

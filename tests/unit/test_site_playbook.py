@@ -112,7 +112,10 @@ def test_no_task_per_host_after_the_role():
     # Each task a host goes through costs a forked worker on the controller: the per-host lines are the
     # fleet summary's, made in one task.
     assert 'post_tasks' not in plays()[0]
-    assert [list(task) for task in plays()[0]['tasks']] == [['name', 'block', 'rescue']]
+    assert [list(task) for task in plays()[0]['tasks']] == [
+        ['name', 'block', 'rescue'], ['name', 'ansible.builtin.meta', 'when', 'tags']]
+    # the health gate's stop: a meta task, which the strategy runs on the controller (no worker per host)
+    assert plays()[0]['tasks'][1]['ansible.builtin.meta'] == 'end_play'
 
 
 # The playbook run: a stand-in gpu_node role with the real one's shape (a concern, then the

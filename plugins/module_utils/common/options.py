@@ -22,8 +22,9 @@ import copy
 
 
 # The disruption policy's option, one declaration for every module that restarts or stops a service (host.workload
-# decides with it): defer while the host has GPU work, or force (the modules' default, their behaviour before it).
-DISRUPTION = dict(type='str', default='force', choices=['defer', 'force'])
+# decides with it): defer while the host has GPU work, or force (the modules' default, their behaviour before it);
+# drain is defer in a module (the gpu_node role drains the Slurm node before its modules run).
+DISRUPTION = dict(type='str', default='force', choices=['defer', 'drain', 'force'])
 
 
 class Options(object):

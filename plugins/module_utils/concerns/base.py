@@ -18,6 +18,7 @@ import os
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import audit
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import rollback
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 
 
@@ -65,32 +66,43 @@ class Concern(object):
     def argument_spec(self):
         """The module's whole argument spec: ``spec``, ``role_vars``, which the module's action plugin handles
         (plugin_utils/_role_action.py) and never sends, in the spec so that the documented option is one the module
-        has (node_state validates a concern's options against this same spec), and the audit trail's options (the
-        action plugin gives ``audit_run_id``)."""
+        has (node_state validates a concern's options against this same spec), and the audit trail's and the rollback
+        store's options (the action plugin gives ``audit_run_id``)."""
         spec = dict(self.spec, role_vars=dict(type='bool', default=False))
         if self.audited:
-            spec.update(audit_log=dict(type='path', default=audit.DEFAULT_PATH), audit_run_id=dict(type='str'))
+            spec.update(audit_log=dict(type='path', default=audit.DEFAULT_PATH), audit_run_id=dict(type='str'),
+                        rollback_store=dict(type='path', default=rollback.DEFAULT_STORE))
         return spec
 
     def execute(self, module):
         """``run(module)``'s result; a run that changed the host (not in check mode) appends its line to the audit
-        trail (``host.audit``). The run's diffs are computed for it (their hashes) and returned only when the task
-        asked for them. A trail that cannot be written is a warning and ``audit_error``: the change is made."""
-        if not self.audited or module.check_mode or not module.params.get('audit_log'):
-            return self.run(module)  # no trail to write: no diffs computed for it
+        trail (``host.audit``) and saves what it changed to the rollback store (``host.rollback``, under the run's
+        ``audit_run_id``). The run's diffs are computed for them (their hashes, the files' texts before) and returned
+        only when the task asked for them. A trail or a record that cannot be written is a warning and
+        ``audit_error`` / ``rollback_error``: the change is made."""
+        params = module.params
+        if not self.audited or module.check_mode or not (params.get('audit_log') or params.get('rollback_store')):
+            return self.run(module)  # no trail or record to write: no diffs computed for them
         asked = module._diff
         module._diff = True
         try:
             result = self.run(module)
         finally:
             module._diff = asked
-        if result.get('changed'):
+        if result.get('changed') and params.get('audit_log'):
             try:
                 audit.append([audit.record(self.name, self.module, result, module.params.get('audit_run_id'),
-                                           by=os.environ.get('SUDO_USER'))], module.params['audit_log'])
+                                           by=os.environ.get('SUDO_USER'), policy=module.params.get('disruption'))],
+                             module.params['audit_log'])
             except (GpufleetError, OSError) as exc:
                 result['audit_error'] = str(exc)
                 module.warn('the audit trail was not written: %s' % exc)
+        if result.get('changed') and params.get('rollback_store'):
+            try:
+                rollback.save(params.get('audit_run_id'), self.name, self.module, result, params, params['rollback_store'])
+            except (GpufleetError, OSError) as exc:
+                result['rollback_error'] = str(exc)
+                module.warn('nothing was saved to roll this change back: %s' % exc)
         if not asked:
             result.pop('diff', None)
         return result

@@ -13,11 +13,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base import Concern
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.health import contract, metrics
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.health.apply import HealthRun
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import audit
 
 # This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
 DECLARATION = {
@@ -32,7 +36,7 @@ DECLARATION = {
         ('gpu_node_health_metrics', 'metrics'),
         ('gpu_node_health_textfile_create', 'textfile_create'),
     ),
-    'module_only': ('kernel_log', 'report_passed'),
+    'module_only': ('kernel_log', 'report_passed', 'verdict_before'),
     'drift': 'health',
     'summary': ('health',),
 }
@@ -44,7 +48,20 @@ SPEC = dict(
     textfile_create=dict(type='bool', default=False),
     kernel_log=dict(type='str', default='auto'),
     report_passed=dict(type='bool', default=False),
+    verdict_before=dict(type='str', choices=['PASS', 'WARN', 'FAIL', 'UNKNOWN']),
 )
+
+
+def _audit_gate(module, before, after):
+    """The health gate's line in the audit trail: the node's verdicts before and after this run's changes."""
+    entry = audit.record('gpu_health', 'gpu_health', {'actions': ['health_gate'],
+                                                      'changes': ['health %s -> %s' % (before, after)]},
+                         module.params.get('audit_run_id'), by=os.environ.get('SUDO_USER'))
+    entry.update(verdict_before=before, verdict_after=after)
+    try:
+        audit.append([entry], module.params['audit_log'])
+    except (GpufleetError, OSError) as exc:
+        module.warn('the audit trail was not written: %s' % exc)
 
 
 def run(module):
@@ -56,6 +73,8 @@ def run(module):
     # a concern module's own run writes unless in check mode; node_state's (its stand-in is always in check mode)
     # unless its play is (RunState.store)
     writes = state.store if state.verdicts is not None else not module.check_mode
+    if params.get('verdict_before') and not module.check_mode and params.get('audit_log'):
+        _audit_gate(module, params['verdict_before'], result.get('verdict'))
     result['metrics_file'] = None
     if params['metrics'] and writes:
         try:
@@ -65,4 +84,6 @@ def run(module):
     return result
 
 
-CONCERN = Concern.declared(DECLARATION, SPEC, run, audited=False)  # it changes nothing of the host's configuration
+# It changes nothing of the host's configuration (no change is ever audited or saved for a rollback); audited for the
+# health gate's own line (verdict_before), which run() writes.
+CONCERN = Concern.declared(DECLARATION, SPEC, run)

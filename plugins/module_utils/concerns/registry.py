@@ -73,10 +73,15 @@ def _gpu_health():
     return CONCERN
 
 
+def _slurm_node():
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.slurm_node import CONCERN
+    return CONCERN
+
+
 # The concerns, in the order node_state evaluates them and gpu_node runs them.
 ORDER = (
     'device_links', 'persistenced', 'gpu_persistence', 'container_toolkit', 'cdi', 'containerd', 'crio', 'docker',
-    'gpu_health',
+    'gpu_health', 'slurm_node',
 )
 # The container engines among them (node_state evaluates those the host has, or was asked for).
 ENGINES = (
@@ -97,6 +102,7 @@ _LOAD = {
     'crio': _crio,
     'docker': _docker,
     'gpu_health': _gpu_health,
+    'slurm_node': _slurm_node,
 }
 
 

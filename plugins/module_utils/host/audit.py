@@ -16,12 +16,16 @@ at any time.
   hold the lock), the file opened in it with O_APPEND|O_NOFOLLOW (never through a link), checked to be a regular
   root file with one link, kept 0600 (set on the descriptor); when a line would take it past ``max_bytes`` it is
   renamed to ``.1`` (``.1`` to ``.2``, ..., ``keep`` kept) within that directory first.
+* ``locked_directory`` and ``open_private`` are that directory and that file for any root-only file of ours (``Place``
+  names it in messages): the rollback store (``host.rollback``) is written with the same guarantees.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -40,7 +44,7 @@ KEEP = 4
 FORMAT = 1
 # The verbs of a service action among a result's actions (``restart``, ``reload_init``, ``start_service``, ...).
 SERVICE_WORDS = ('start', 'stop', 'restart', 'reload')
-# Today every change a run plans is carried out (the disruption policies defer and drain come with the rollout).
+# The policy of a module without a disruption option (nothing it does disrupts GPU work): its changes are made.
 POLICY = 'force'
 READER = 'the audit trail'
 
@@ -69,7 +73,7 @@ def _actions(result):
     return [str(action)] if isinstance(action, str) and action not in ('none', '') else []
 
 
-def record(concern, module_name, result, run_id=None, now=None, host=None, by=None):
+def record(concern, module_name, result, run_id=None, now=None, host=None, by=None, policy=None):
     """The audit line (a dict) of a concern run's ``result``; ``now``: seconds since the epoch."""
     now = time.time() if now is None else now
     actions = _actions(result)
@@ -89,8 +93,14 @@ def record(concern, module_name, result, run_id=None, now=None, host=None, by=No
                   for diff in _diffs(result) if diff.get('before') != diff.get('after')],
         'service_actions': [action for action in actions
                             if any(word in action.split('_') for word in SERVICE_WORDS)],
-        'policy': POLICY,
+        'policy': policy or POLICY,
     }
+    # a Slurm node's drain or resume: the node's state and reason after it, and the health verdict it went by
+    slurm = result.get('state') if concern == 'slurm_node' else None
+    if isinstance(slurm, dict):
+        entry['slurm'] = {'state': slurm.get('state'), 'reason': slurm.get('reason')}
+    if result.get('verdict') is not None:
+        entry['verdict'] = result.get('verdict')
     return entry
 
 
@@ -99,28 +109,77 @@ def line(entry):
     return json.dumps(entry, sort_keys=True, separators=(',', ':')) + '\n'
 
 
-def _check_directory(path, directory, st):
+class Place(object):
+    """A root-only file of ours in a directory of ours, for the messages: ``what`` it is (``the audit log``), who
+    would be controlled through it (``reader``), what a refusal leaves (``outcome``), and the mode bits its directory
+    may not have (``closed``: nobody else may write it; 0o077: nobody else may even look in)."""
+
+    def __init__(self, what, reader, outcome, closed=0o022):
+        self.what = what
+        self.reader = reader
+        self.outcome = outcome
+        self.closed = closed
+
+
+LOG = Place('the audit log', READER, 'Nothing was logged.')
+
+
+def _check_directory(path, directory, st, place=LOG):
     if not stat.S_ISDIR(st.st_mode):
-        raise HostFileError('%s: %s is not a directory. Nothing was logged.' % (path, directory))
-    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o022:
+        raise HostFileError('%s: %s is not a directory. %s' % (path, directory, place.outcome))
+    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & place.closed:
         refuse(path, 'the directory %s' % directory,
                'is owned by uid %d with mode %04o' % (st.st_uid, stat.S_IMODE(st.st_mode)),
-               'Make it owned by root and writable only by root (chmod 0700 %s).' % directory, READER)
+               'Make it owned by root and %s (chmod 0700 %s).'
+               % ('writable only by root' if place.closed == 0o022 else 'open to root alone', directory),
+               place.reader)
 
 
-def _open_log(dfd, path, name):
-    """The log's descriptor for appending; never through a link, only a regular file of ours with one link."""
+@contextlib.contextmanager
+def locked_directory(path, place=LOG):
+    """``(descriptor of path's directory, path's name)``, with the directory locked (``flock``, exclusive).
+
+    The directories on the way resolved out of other users' reach (a link of root's among them is followed), missing
+    ones made root-only (0700), the directory opened once (O_NOFOLLOW) and checked on its descriptor (ours, mode
+    without ``place.closed``); nobody but root can open a root-only directory, so nobody else can hold its lock.
+    ``path``'s own name is for ``open_private``, never followed."""
+    if not path.startswith('/') or path.endswith('/'):
+        raise HostFileError('%s: %s must be an absolute file path. %s' % (path, place.what, place.outcome))
+    directory, name = os.path.split(path)
+    directory = resolve_path(directory, reader=place.reader, file_directory=False)
+    files.ensure_directory(os.path.join(directory, name), mode=0o700)
     try:
-        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW | CLOEXEC | NONBLOCK, 0o600,
-                     dir_fd=dfd)
+        dfd = files.open_directory(directory)
     except OSError as exc:
-        raise HostFileError('%s: cannot open the audit log (%s); a link or anything but a regular file in its place '
-                            'is never followed. Nothing was logged.' % (path, exc.strerror))
+        raise HostFileError('%s: cannot open its directory %s (%s). %s' % (path, directory, exc.strerror, place.outcome))
+    try:
+        try:
+            _check_directory(path, directory, os.fstat(dfd), place)
+            fcntl.flock(dfd, fcntl.LOCK_EX)
+        except OSError as exc:
+            raise HostFileError('%s: cannot lock its directory %s (%s). %s'
+                                % (path, directory, exc.strerror, place.outcome))
+        yield dfd, name
+    finally:
+        os.close(dfd)
+
+
+def open_private(dfd, path, name, place=LOG, flags=os.O_WRONLY | os.O_APPEND | os.O_CREAT):
+    """``(descriptor, size)`` of ``name`` in the directory ``dfd``, opened with ``flags``: never through a link, only a
+    regular file of ours with one link, kept 0600 (set on the descriptor). Without O_CREAT, a missing file is
+    ``(None, 0)``."""
+    try:
+        fd = os.open(name, flags | NOFOLLOW | CLOEXEC | NONBLOCK, 0o600, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and not flags & os.O_CREAT:
+            return None, 0
+        raise HostFileError('%s: cannot open %s (%s); a link or anything but a regular file in its place '
+                            'is never followed. %s' % (path, place.what, exc.strerror, place.outcome))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
-            raise HostFileError('%s: the audit log is not a regular file of root\'s with one link (uid %d, %d links); '
-                                'move it away. Nothing was logged.' % (path, st.st_uid, st.st_nlink))
+            raise HostFileError('%s: %s is not a regular file of root\'s with one link (uid %d, %d links); '
+                                'move it away. %s' % (path, place.what, st.st_uid, st.st_nlink, place.outcome))
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.fchmod(fd, 0o600)
     except BaseException:
@@ -144,34 +203,19 @@ def append(entries, path=DEFAULT_PATH, max_bytes=MAX_BYTES, keep=KEEP):
     data = ''.join(line(entry) for entry in entries).encode('utf-8')
     if not data:
         return
-    if not path.startswith('/') or path.endswith('/'):
-        raise HostFileError('%s: the audit log must be an absolute file path. Nothing was logged.' % path)
-    # The directories on the way resolved out of other users' reach (a link of root's among them is followed); the
-    # log's own name never: it is opened with O_NOFOLLOW in its directory.
-    directory, name = os.path.split(path)
-    directory = resolve_path(directory, reader=READER, file_directory=False)
-    files.ensure_directory(os.path.join(directory, name), mode=0o700)
-    try:
-        dfd = files.open_directory(directory)
-    except OSError as exc:
-        raise HostFileError('%s: cannot open its directory %s (%s). Nothing was logged.'
-                            % (path, directory, exc.strerror))
-    try:
-        _check_directory(path, directory, os.fstat(dfd))
-        fcntl.flock(dfd, fcntl.LOCK_EX)
-        fd, size = _open_log(dfd, path, name)
+    with locked_directory(path) as (dfd, name):
         try:
-            if size and size + len(data) > max_bytes:
-                os.close(fd)
-                fd = None
-                _rotate(dfd, name, keep)
-                fd, size = _open_log(dfd, path, name)
-            files.write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            if fd is not None:
-                os.close(fd)
-    except OSError as exc:
-        raise HostFileError('%s: cannot write the audit log: %s. Nothing was logged.' % (path, exc.strerror))
-    finally:
-        os.close(dfd)
+            fd, size = open_private(dfd, path, name)
+            try:
+                if size and size + len(data) > max_bytes:
+                    os.close(fd)
+                    fd = None
+                    _rotate(dfd, name, keep)
+                    fd, size = open_private(dfd, path, name)
+                files.write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        except OSError as exc:
+            raise HostFileError('%s: cannot write the audit log: %s. Nothing was logged.' % (path, exc.strerror))

@@ -17,12 +17,17 @@ nothing is followed out of them, a process that ends meanwhile is skipped):
   namespace other than init's whose ``/dev`` is a file system of its own (not the host's ``/dev``: systemd's
   sandboxed services share that one) holding an NVIDIA GPU node (``nvidia<N>``, a character device: ``lstat``, no
   link followed), one entry per namespace, with the container id its cgroup names, if any. A container granted a
-  GPU is work even while it holds nothing open (between two steps of a job).
+  GPU is work even while it holds nothing open (between two steps of a job);
+* on a Slurm node (Slurm's configuration and clients on the host), a job Slurm runs on it (``squeue``: running,
+  completing, suspended), whether or not it holds a GPU yet: a job allocated a GPU through gres is work before its
+  first CUDA call. A Slurm controller that does not answer is said (``slurm_error``) and counts as no job: the
+  processes above are still found.
 
 Policies (``disruption``): ``force`` carries out every change a run plans (the modules' default, their behaviour
 before the policies); ``defer`` (the roles' default, ``gpu_node_disruption``) leaves out a disruptive action while
 there is work, says so (``deferred``: the action and the work) and changes nothing else in that module's run; the
-next run does it once the work is gone.
+next run does it once the work is gone. ``drain`` is ``defer`` in a module: the gpu_node role drains the Slurm node
+and waits for its jobs before the modules run (``slurm_node``), so what they find then is work outside Slurm.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -36,6 +41,7 @@ import stat
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import DISRUPTION
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import slurm as slurm_node
 
 # The modules' default keeps their behaviour; the roles (gpu_node_disruption) default to defer.
 DEFAULT_POLICY = DISRUPTION['default']
@@ -49,6 +55,8 @@ MAX_LISTED = 10
 # default user, which the driver's packages create), or of NVIDIA's binary run as root (GH200 needs that).
 DAEMON_USERS = ('nvidia-persistenced',)
 DAEMON_EXES = ('/usr/bin/nvidia-persistenced',)
+# A Slurm node's configuration (Debian's, older Debian's, the default of a source build); SLURM_CONF names another.
+SLURM_CONFS = ('/etc/slurm/slurm.conf', '/etc/slurm-llnl/slurm.conf', '/usr/local/etc/slurm.conf')
 
 
 def _readlink(path):
@@ -139,13 +147,41 @@ def is_persistence_daemon(holder, uids, proc='/proc'):
     return _readlink('%s/%d/exe' % (proc, holder['pid'])) in DAEMON_EXES
 
 
-def find(exclude=(), proc='/proc', daemon_users=DAEMON_USERS):
-    """The host's GPU work: ``{'holders': [...], 'containers': [...]}`` (see the module doc); ``exclude``: pids.
-    The persistence daemon is not work (``is_persistence_daemon``)."""
+def local_slurm():
+    """This host's SlurmNode where it is a Slurm node (a configuration and Slurm's clients), else None."""
+    confs = (os.environ.get('SLURM_CONF'),) + SLURM_CONFS
+    if not any(conf and os.path.isfile(conf) for conf in confs):
+        return None
+    node = slurm_node.local_node()
+    return node if node.present else None
+
+
+def slurm_jobs(node):
+    """``(jobs, error)``: the jobs Slurm runs on ``node`` (a SlurmNode, or None: no Slurm), or the error saying
+    why Slurm did not tell."""
+    if node is None:
+        return [], None
+    try:
+        return node.jobs(), None
+    except slurm_node.SlurmError as exc:
+        return [], str(exc)
+
+
+def find(exclude=(), proc='/proc', daemon_users=DAEMON_USERS, slurm=None):
+    """The host's GPU work: ``{'holders': [...], 'containers': [...]}`` (see the module doc), with ``slurm_jobs``
+    (and ``slurm_error``) on a Slurm node (``slurm``: a SlurmNode; ``local_slurm()``'s where ``proc`` is the
+    host's); ``exclude``: pids. The persistence daemon is not work (``is_persistence_daemon``)."""
     uids = _daemon_uids(daemon_users)
     holders = [holder for holder in procs.open_file_holders((DEVICE_PREFIX,), proc)
                if holder['pid'] not in exclude and not is_persistence_daemon(holder, uids, proc)]
-    return {'holders': holders, 'containers': gpu_containers(proc, exclude)}
+    work = {'holders': holders, 'containers': gpu_containers(proc, exclude)}
+    if slurm is None and proc == '/proc':
+        slurm = local_slurm()
+    if slurm is not None:
+        work['slurm_jobs'], error = slurm_jobs(slurm)
+        if error:
+            work['slurm_error'] = error
+    return work
 
 
 def describe(work):
@@ -155,6 +191,8 @@ def describe(work):
              for entry in work.get('containers', [])]
     parts += ['pid %d (%s, uid %s) holding %s' % (entry['pid'], entry['name'], entry['uid'], ', '.join(entry['paths']))
               for entry in work.get('holders', [])]
+    parts += ['Slurm job %s (%s, user %s, %s)' % (job['id'], job['name'], job['user'], job['state'].lower())
+              for job in work.get('slurm_jobs', [])]
     if not parts:
         return None
     more = len(parts) - MAX_LISTED
@@ -165,7 +203,7 @@ def deferral(policy, action, what, exclude=(), proc='/proc', check_mode=False):
     """None when ``action`` (a disruptive step, in words: ``what``) may run under ``policy``; else the result's
     ``deferred`` entry: the action, the policy, the work found and a sentence saying so. Never in check mode: a
     check (node_state's evaluation) says what differs, and the run that would change it decides."""
-    if policy != 'defer' or check_mode:
+    if policy not in ('defer', 'drain') or check_mode:
         return None
     work = find(exclude, proc)
     words = describe(work)

@@ -115,3 +115,18 @@ def test_a_deferred_change_says_which_concern_what_and_the_work_that_held_it():
         in line + ' '
     hostile = dict(NODE, persistenced={'deferred': {'action': 'stop', 'work': {'containers': 'x'}}})
     assert fleet_summary(['h1'], {'h1': hostile})[0].startswith('h1 failed: its gpu_node_result was malformed')
+
+
+def test_a_slurm_nodes_state_and_what_the_drain_step_did():
+    from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._fleet_summary import node_line
+    base = {'persistenced': {'init_system': 'sysvinit', 'daemon': 'driver', 'pid': 5}}
+    resumed = dict(base, slurm_node={'slurm': True, 'verdict': 'PASS', 'state': {'state': 'IDLE', 'reason': None}},
+                   drain={'changed': True, 'jobs': [], 'timed_out': False})
+    assert ' slurm=IDLE,drained,health=PASS' in node_line(resumed)
+    kept = dict(base, slurm_node={'slurm': True, 'state': {'state': 'IDLE+DRAIN', 'reason': 'fan replaced Tuesday'}},
+                drain={'changed': False, 'jobs': [{'id': '7'}], 'timed_out': True})
+    assert ' slurm=IDLE+DRAIN(fan replaced Tuesday),drain_kept,timed_out(1 jobs)' in node_line(kept)
+    # no Slurm: no word; a reason with a newline stays on one line
+    assert 'slurm=' not in node_line(dict(base, slurm_node={'slurm': False}))
+    evil = dict(base, slurm_node={'slurm': True, 'state': {'state': 'DOWN', 'reason': 'x\ny'}})
+    assert 'slurm=DOWN(x\\ny)' in node_line(evil)

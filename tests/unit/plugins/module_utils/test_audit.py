@@ -177,4 +177,5 @@ def test_a_trail_that_cannot_be_written_is_a_warning_and_the_change_stands(tmp_p
 def test_read_only_concerns_have_no_audit_options():
     read_only = Concern('gpu_health', 'gpu_health', {'x': {}}, lambda module: {}, audited=False)
     assert 'audit_log' not in read_only.argument_spec()
-    assert set(concern(CHANGED).argument_spec()) == {'role_vars', 'audit_log', 'audit_run_id'}
+    assert set(concern(CHANGED).argument_spec()) == {'role_vars', 'audit_log', 'audit_run_id', 'rollback_store'}
+    assert 'rollback_store' not in read_only.argument_spec()

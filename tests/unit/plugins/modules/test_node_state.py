@@ -291,6 +291,6 @@ def test_a_concern_is_imported_when_it_is_evaluated_and_tomli_only_without_tomll
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     first, after, module, same, count = json.loads(out.stdout)
     assert first == [], out.stdout  # concerns.node_state and concerns.registry alone: no concern's code yet
-    assert 'concerns.docker' in after and 'docker.apply' in after and module == 'docker_runtime' and same and count == 9
+    assert 'concerns.docker' in after and 'docker.apply' in after and module == 'docker_runtime' and same and count == 10
     assert not [name for name in after if name.startswith(('concerns.crio', 'crio.'))]
     assert ('formats._tomli' in after) is (sys.version_info < (3, 11))

@@ -43,7 +43,8 @@ def test_without_node_state_every_concern_runs_and_drift_only_runs_none():
 def test_a_node_with_nothing_evaluated_and_nothing_run_publishes_nulls():
     assert _results.node_result(None) == {'state': None, 'device_links': None, 'persistenced': None,
                                           'gpu_persistence': None, 'container_toolkit': None, 'cdi': None,
-                                          'container_runtime': None, 'gpu_health': None}
+                                          'container_runtime': None, 'gpu_health': None, 'slurm_node': None,
+                                          'drain': None, 'health_gate': None}
     # node_state's concerns of the wrong shape are not verdicts.
     assert _results.node_result({'run': [], 'concerns': {'persistenced': 'x'}})['persistenced'] is None
 
