@@ -261,13 +261,20 @@ def no_nvml_retry(**variables):
 def test_gpu_persistence_retries_on_the_missing_library_key_not_the_message():
     missing = {'failed': True, 'msg': 'Failed to import the required Python library (nvidia-ml-py) on h1',
                'missing_library': 'nvidia-ml-py'}
-    assert no_nvml_retry(gpu_persistence_install_nvml=True, ansible_failed_result=missing) is False
-    assert no_nvml_retry(gpu_persistence_install_nvml=False, ansible_failed_result=missing) is True
+    wheel = '/srv/wheels/nvidia_ml_py-13.615.71-py3-none-any.whl'
+    assert no_nvml_retry(gpu_persistence_nvml_wheel=wheel, ansible_failed_result=missing) is False
+    # no wheel given: the play fails (never pip into the host's Python)
+    assert no_nvml_retry(gpu_persistence_nvml_wheel=None, ansible_failed_result=missing) is True
     # A message that merely names the library (a state-file error, say) is not a missing library.
     named = {'failed': True, 'msg': 'h1: /var/lib/gpufleet/nvidia-ml-py.json: not a regular file'}
-    assert no_nvml_retry(gpu_persistence_install_nvml=True, ansible_failed_result=named) is True
+    assert no_nvml_retry(gpu_persistence_nvml_wheel=wheel, ansible_failed_result=named) is True
     other = dict(missing, missing_library='somethingelse')
-    assert no_nvml_retry(gpu_persistence_install_nvml=True, ansible_failed_result=other) is True
+    assert no_nvml_retry(gpu_persistence_nvml_wheel=wheel, ansible_failed_result=other) is True
+
+
+def test_gpu_persistence_never_installs_with_pip():
+    text = read('roles', 'gpu_persistence', 'tasks', 'main.yml')
+    assert 'ansible.builtin.pip' not in text and 'pip:' not in text
 
 
 def test_site_playbook_reads_only_public_results():

@@ -28,11 +28,14 @@ import os
 import platform
 import re
 import stat
+import sys
 import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu.pci import parse_pci_bus_id
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import rpc
 
 # pynvml is imported when NVML is first needed (no persistence daemon answers, or backend=nvml), not with this
@@ -378,15 +381,58 @@ def open_backend(params, purpose):
     return choose_backend(params['backend'], params['socket_path'], params['timeout'], purpose=purpose)
 
 
-def load_pynvml():
-    """The pynvml module, imported on the first call; ImportError (its traceback in ``PYNVML_IMPORT_ERROR``) where
-    it is missing."""
+# NVML's Python bindings the collection put on the host (gpu_persistence_nvml_wheel): a wheel of nvidia-ml-py from the
+# site's own index, copied by the gpu_persistence role into this root-only directory and imported from the wheel
+# itself (a pure-Python wheel is a zip Python imports from). Never pip into the host's Python: PEP 668 refuses it on
+# Debian 12 and Ubuntu 24.04, and air-gapped sites reach no index.
+NVML_WHEEL_DIR = '/usr/lib/gpufleet/python'
+NVML_WHEEL = re.compile(r'\Anvidia_ml_py-[0-9][0-9A-Za-z.+_-]*-py3-none-any\.whl\Z')
+
+
+def collection_wheel(directory=NVML_WHEEL_DIR):
+    """The newest nvidia-ml-py wheel in ``directory``, or None where there is none; HostFileError naming the path
+    when the directory or the wheel is not root's alone (code from it runs as root)."""
+    try:
+        names = sorted(name for name in os.listdir(directory) if NVML_WHEEL.match(name))
+    except OSError:
+        return None
+    if not names:
+        return None
+    real = paths.resolve_path(os.path.join(directory, names[-1]), reader='every module that reads the GPUs')
+    st = os.lstat(real)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        paths.refuse(real, 'the NVML bindings', 'is not a regular file of root\'s that only root can write (uid %d, '
+                     'mode %04o)' % (st.st_uid, stat.S_IMODE(st.st_mode)),
+                     'Remove it, or copy it again as root with mode 0644 (gpu_persistence_nvml_wheel).',
+                     'every module that reads the GPUs')
+    return real
+
+
+def load_pynvml(wheel_dir=NVML_WHEEL_DIR):
+    """The pynvml module, imported on the first call: the host Python's own nvidia-ml-py, else the wheel the
+    collection put on the host (``collection_wheel``); ImportError (its traceback in ``PYNVML_IMPORT_ERROR``) where
+    there is neither. A wheel that is not root's alone is an ImportError saying so (HostFileError's message)."""
     global pynvml, PYNVML_IMPORT_ERROR  # pylint: disable=global-statement
     if pynvml is None and PYNVML_IMPORT_ERROR is None:
         try:
             import pynvml as module  # pylint: disable=import-outside-toplevel
         except ImportError:
             PYNVML_IMPORT_ERROR = traceback.format_exc()
+            try:
+                wheel = collection_wheel(wheel_dir)
+            except HostFileError as exc:
+                PYNVML_IMPORT_ERROR = str(exc)
+                wheel = None
+            if wheel is not None:
+                sys.path.insert(0, wheel)
+                try:
+                    import pynvml as module  # pylint: disable=import-outside-toplevel,reimported
+                except ImportError:
+                    PYNVML_IMPORT_ERROR = '%s: not a wheel of nvidia-ml-py Python can import pynvml from: %s' % (
+                        wheel, traceback.format_exc())
+                    sys.path.remove(wheel)
+                else:
+                    pynvml, PYNVML_IMPORT_ERROR = module, None
         else:
             pynvml = module
     if pynvml is None:
@@ -394,11 +440,17 @@ def load_pynvml():
     return pynvml
 
 
-def choose_backend(backend, socket_path, timeout, load_pynvml=load_pynvml, purpose='to use NVML'):
+def driver_loaded(proc_version=PROC_VERSION, proc_gpus=PROC_GPUS):
+    """Whether the NVIDIA kernel driver is loaded here (its /proc/driver/nvidia entries exist)."""
+    return os.path.exists(proc_version) or os.path.isdir(proc_gpus)
+
+
+def choose_backend(backend, socket_path, timeout, load_pynvml=load_pynvml, purpose='to use NVML', loaded=None):
     """The backend to use: ``rpc`` when a daemon answers (``auto``), else ``nvml``.
 
     ``load_pynvml()`` returns the pynvml module or raises ImportError, which
-    becomes MissingLibrary(NVML_LIBRARY) with ``purpose`` in its reason.
+    becomes MissingLibrary(NVML_LIBRARY) with ``purpose`` in its reason; on a host with no NVIDIA driver loaded,
+    a GpuError saying that first (no library would help there); ``loaded``: whether it is (``driver_loaded()``).
     Returns ``(backend, daemon_answers)``.
     """
     answers = daemon_answers(socket_path, timeout)
@@ -410,6 +462,11 @@ def choose_backend(backend, socket_path, timeout, load_pynvml=load_pynvml, purpo
     try:
         pynvml = load_pynvml()
     except ImportError:
+        if not (loaded() if loaded else driver_loaded()):
+            raise GpuError('%s: no NVIDIA driver is loaded on this host (%s is missing), and no persistence daemon '
+                           'answers on %s: install the NVIDIA driver and load it ("modprobe nvidia"). NVML is needed '
+                           '%s; its Python library (nvidia-ml-py) is missing too.'
+                           % (host(), PROC_VERSION, socket_path, purpose))
         raise MissingLibrary(NVML_LIBRARY, '%s when no persistence daemon answers on %s' % (purpose, socket_path),
                              PYNVML_IMPORT_ERROR)
     return NvmlBackend(pynvml), answers

@@ -6,6 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import subprocess
 import sys
@@ -164,9 +165,14 @@ def test_choose_backend_without_daemon_needs_pynvml(tmp_path):
     socket = str(tmp_path / 'socket')
     for backend in ('auto', 'nvml'):
         with pytest.raises(backends.MissingLibrary) as exc:
-            backends.choose_backend(backend, socket, 1.0, no_pynvml, purpose='to count GPUs')
+            backends.choose_backend(backend, socket, 1.0, no_pynvml, purpose='to count GPUs', loaded=lambda: True)
         assert exc.value.library == backends.NVML_LIBRARY == 'nvidia-ml-py'
         assert exc.value.reason == 'to count GPUs when no persistence daemon answers on %s' % socket
+        # no driver loaded: that is said first, not a library to install
+        with pytest.raises(backends.GpuError) as exc:
+            backends.choose_backend(backend, socket, 1.0, no_pynvml, purpose='to count GPUs', loaded=lambda: False)
+        assert not isinstance(exc.value, backends.MissingLibrary)
+        assert 'no NVIDIA driver is loaded on this host (/proc/driver/nvidia/version is missing)' in str(exc.value)
     with pytest.raises(backends.GpuError, match='no persistence daemon answers'):
         backends.choose_backend('rpc', str(tmp_path / 'socket'), 1.0, no_pynvml)
     backend, answers = backends.choose_backend('auto', str(tmp_path / 'socket'), 1.0, lambda: pynvml)
@@ -207,6 +213,7 @@ def test_open_backend_takes_the_access_options_not_a_module(tmp_path):
 
 
 def test_missing_library_is_a_gpu_error_with_a_structured_key(monkeypatch):
+    monkeypatch.setattr(backends, 'driver_loaded', lambda: True)  # this machine has no driver
     monkeypatch.setattr(backends, 'pynvml', None)
     monkeypatch.setattr(backends, 'PYNVML_IMPORT_ERROR', 'Traceback: No module named pynvml')
     params = {'backend': 'auto', 'socket_path': '/nonexistent/gpufleet-test/socket', 'timeout': 1.0}
@@ -270,3 +277,56 @@ def test_both_backends_send_1_for_enabled_and_read_1_as_enabled():
     nvml_backend.set_mode(gpu, 'disabled')
     assert nvml.sent == [('handle0', 1), ('handle0', 0)]
     assert nvml_backend.get_mode(gpu) == 'disabled'
+
+
+WHEEL_PROBE = '''
+import json, sys
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
+sys.path[:] = [p for p in sys.path if not p.endswith(("site-packages", "dist-packages"))]  # no pynvml of the host
+try:
+    module = backends.load_pynvml(sys.argv[1])
+    print(json.dumps({"file": module.__file__}))
+except ImportError as exc:
+    print(json.dumps({"error": str(exc)}))
+'''
+
+
+def wheel_probe(directory):
+    out = subprocess.run([sys.executable, '-c', WHEEL_PROBE, str(directory)], check=False, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def make_wheel(directory, name='nvidia_ml_py-13.615.71-py3-none-any.whl', mode=0o644, text=None):
+    import zipfile
+    directory.mkdir(mode=0o755, exist_ok=True)
+    path = directory / name
+    if text is None:
+        with zipfile.ZipFile(str(path), 'w') as archive:
+            archive.write(pynvml.__file__, 'pynvml.py')
+    else:
+        path.write_text(text)
+    os.chmod(str(path), mode)
+    return path
+
+
+def test_nvml_comes_from_the_collections_wheel_where_the_host_python_has_none(tmp_path):
+    wheels = tmp_path / 'python'
+    # none there: the host's ImportError stands (and nothing is installed anywhere)
+    assert 'No module named' in wheel_probe(wheels)['error']
+    path = make_wheel(wheels)
+    make_wheel(wheels, name='not-a-wheel.txt', text='ignored')
+    assert wheel_probe(wheels) == {'file': str(path / 'pynvml.py')}
+    # a wheel another user could change: refused, naming it (its code would run as root)
+    os.chmod(str(path), 0o664)
+    found = wheel_probe(wheels)['error']
+    assert found.startswith('%s: refusing to use the NVML bindings' % path) and 'gpu_persistence_nvml_wheel' in found
+    os.chmod(str(path), 0o644)
+    os.chmod(str(wheels), 0o777)
+    assert 'refusing to use' in wheel_probe(wheels)['error']
+    os.chmod(str(wheels), 0o755)
+    # a file of that name that is no wheel of pynvml: said so
+    path.unlink()
+    bad = make_wheel(wheels, name='nvidia_ml_py-99.0-py3-none-any.whl', text='not a zip')
+    assert wheel_probe(wheels)['error'].startswith('%s: not a wheel of nvidia-ml-py' % bad)

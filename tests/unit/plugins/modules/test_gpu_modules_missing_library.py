@@ -37,6 +37,7 @@ def run_module(capsys, name, tmp_path, **args):
 
 @pytest.fixture
 def without_pynvml(monkeypatch):
+    monkeypatch.setattr(backends, 'driver_loaded', lambda: True)  # a driver, as a GPU host has (this machine has none)
     monkeypatch.setattr(backends, 'pynvml', None)
     monkeypatch.setattr(backends, 'PYNVML_IMPORT_ERROR', 'Traceback (most recent call last):\nImportError: pynvml')
 
@@ -58,3 +59,11 @@ def test_other_backend_failures_have_no_missing_library(capsys, tmp_path, withou
     assert 'missing_library' not in result
     assert 'no persistence daemon answers on %s' % (tmp_path / 'socket') in result['msg']
     assert 'use backend=nvml' in result['msg']
+
+
+@pytest.mark.parametrize('name', sorted(MODULES))
+def test_no_driver_is_said_as_such_not_as_a_library_to_install(capsys, tmp_path, without_pynvml, monkeypatch, name):
+    monkeypatch.setattr(backends, 'driver_loaded', lambda: False)
+    rc, result = run_module(capsys, name, tmp_path, backend='auto')
+    assert rc == 1 and result['failed'] is True and 'missing_library' not in result
+    assert 'no NVIDIA driver is loaded on this host' in result['msg'] and 'modprobe nvidia' in result['msg']
