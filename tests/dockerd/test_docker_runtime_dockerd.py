@@ -335,7 +335,7 @@ def test_absent_with_cdi_takes_back_what_present_with_cdi_added(lab_dockerd):
 
 @pytest.mark.daemon_json('{\n  "live-restore": true\n}\n')
 def test_restart_with_live_restore_keeps_containers(lab_dockerd, busybox_image):
-    """The README's advice: with live-restore, even the restart a removal needs keeps containers running."""
+    """docs/usage.md's advice: with live-restore, even the restart a removal needs keeps containers running."""
     lab = lab_dockerd
     converge(lab, default_runtime=True)
     container = running_container(lab, busybox_image)

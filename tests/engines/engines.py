@@ -119,7 +119,7 @@ def setup(name, log=sys.stderr):
                  if upstream(found_versions.get(package)) != want]
         if moved:
             raise EngineError("%s's packages moved: %s. Run the dockerd and containerd layers on them, then update "
-                              "PINNED in tests/engines/engines.py and the README's Engines tested table"
+                              "PINNED in tests/engines/engines.py and docs/platforms.md's Engines tested table"
                               % (name, ", ".join(moved)))
         final = os.path.join(CACHE, name, "root")
         shutil.rmtree(final, ignore_errors=True)
