@@ -222,3 +222,18 @@ def test_each_role_defaults_every_option_its_spec_documents():
                 assert value == "{{ %s | default('%s') }}" % followed and options[name].get('default') == followed[1]
                 continue
             assert options[name].get('default') == value, '%s: %s' % (role, name)
+
+
+def test_a_copied_description_refers_to_the_role_or_to_the_module_by_full_name():
+    # A role's spec is rendered on its own page: a bare O(name) or RV(name) copied from a module would name an
+    # option of the role that does not exist (antsibull-docs' linter and the docs layer fail on it).
+    refer = generator().role_references
+    variable_of = {('gpu_health', 'textfile_directory'): 'gpu_node_health_textfile_directory'}
+    assert refer('Create O(textfile_directory) first.', 'gpu_health', variable_of) == \
+        'Create O(gpu_node_health_textfile_directory) first.'
+    assert refer('With O(textfile_directory=/x) or O(metrics.path).', 'gpu_health', variable_of) == \
+        'With O(gpu_node_health_textfile_directory=/x) or O(gpufleet.nvidia.gpu_health#module:metrics.path).'
+    assert refer('See RV(verdict) and RV(action=deferred).', 'gpu_health', {}) == \
+        'See RV(gpufleet.nvidia.gpu_health#module:verdict) and RV(gpufleet.nvidia.gpu_health#module:action=deferred).'
+    full = 'M(gpufleet.nvidia.cdi_spec)\'s O(gpufleet.nvidia.cdi_spec#module:state), V(textfile_directory)'
+    assert refer(full, 'gpu_health', variable_of) == full
