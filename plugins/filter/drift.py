@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: drift_report
 short_description: A fleet drift report from each host's node_state result
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Turns a dict of host name to that host's M(gpufleet.nvidia.node_state) result (null for a host that has none,
     unreachable or failed before it) into the fleet's drift report, one row per host, and a readable table.

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: fleet_summary
 short_description: One line per host from each host's gpu_node_result (the fleet summary of playbooks/site.yml)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Turns the play's hosts, each healthy host's C(gpu_node_result) and each failed host's message into one line per
     host, C(HOST ok found=... init=... daemon=... gpus=... docker_runtimes=... docker_action=...

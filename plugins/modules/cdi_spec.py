@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: cdi_spec
 short_description: Keep NVIDIA's CDI spec for a GPU node written, fresh, and refreshed at every boot
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Writes the Container Device Interface (CDI) spec of the host's NVIDIA GPUs, the file through which dockerd (26 and
     later), containerd (2.x, or 1.7 with C(enable_cdi)), CRI-O and podman give a container the GPUs it asks for by

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: container_engines_info
 short_description: Report which container engines (dockerd, containerd, CRI-O) a host has
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reports, for each container engine the collection registers a runtime with (C(containerd), C(crio), C(docker)),
     whether it is installed, its daemon's executable, and whether C(auto) takes it.

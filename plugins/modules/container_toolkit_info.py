@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: container_toolkit_info
 short_description: Tell whether NVIDIA's container toolkit packages on an apt host are as wanted, and why not (read-only)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads, in one round trip, the installed version and hold state of each toolkit package from dpkg's status
     database (C(/var/lib/dpkg/status)), and whether the collection's apt key

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: containerd_runtime
 short_description: Register a container runtime (nvidia) in containerd's config.toml and apply it
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Adds the runtime's tables to the CRI plugin of containerd's C(config.toml)
     (C([plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]) with C(runtime_type = "io.containerd.runc.v2")

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: crio_runtime
 short_description: Register a container runtime (nvidia) with CRI-O, and let it read CDI specs, through a drop-in file
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Writes one drop-in file that the collection owns, by default C(/etc/crio/crio.conf.d/99-nvidia.conf), with
     C([crio.runtime.runtimes.nvidia]), and C([crio.runtime] default_runtime = "nvidia") and C(cdi_spec_dirs) only

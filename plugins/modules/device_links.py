@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: device_links
 short_description: Keep GPU containers' devices across systemctl daemon-reload with /dev/char links for NVIDIA nodes
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - With dockerd's (or containerd's) systemd cgroup driver, C(systemctl daemon-reload) re-applies the device rules of
     every container scope. runc hands a device to systemd only when C(/dev/char/MAJOR:MINOR) exists, and the NVIDIA

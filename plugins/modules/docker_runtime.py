@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: docker_runtime
 short_description: Register a container runtime (nvidia) in dockerd's daemon.json and apply it
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Merges a runtime entry into dockerd's C(daemon.json) (C(runtimes.<name>.path) and C(runtimeArgs)),
     optionally makes it the C(default-runtime) and sets C(features.cdi), then makes the running dockerd use it.

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: drift_report
 short_description: Build the fleet's drift report from each host's node_state result, on the controller
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Builds the fleet's drift report, one row per host (status converged/drifted/failed/unreachable, init system,
     daemon, the GPUs not in their mode, the engines whose runtime registration drifted, errors) and a readable table,

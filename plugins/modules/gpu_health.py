@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: gpu_health
 short_description: Tell whether an NVIDIA GPU node is fit for work, against a node contract (read-only)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads every GPU once through NVML (the Python library C(nvidia-ml-py), import name C(pynvml)) and the kernel log
     since boot (C(/dev/kmsg), else the ring buffer as C(dmesg) reads it, else the journal), checks what it read

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: gpu_info
 short_description: List a host's NVIDIA GPUs with their persistence mode
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reports every NVIDIA GPU of the host (index, UUID, name, PCI bus id, minor number, persistence mode), the driver
     version, and which persistence daemon answers on its socket (C(none), NVIDIA's C(nvidia-persistenced), or the

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: gpu_persistence
 short_description: Set NVIDIA GPU persistence mode GPU by GPU, and keep it across restarts
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Sets persistence mode on the selected GPUs of a host, changing only the GPUs whose mode differs, in one round trip.
   - When a persistence daemon answers on its socket (NVIDIA's C(nvidia-persistenced) or the collection's bundled

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: init_system_info
 short_description: Report which init system runs a host, with the evidence
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reports the init system of the managed host as C(systemd), C(upstart), C(sysvinit) or C(unknown),
     together with the evidence the verdict rests on and the tools to use for services.

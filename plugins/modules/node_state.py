@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: node_state
 short_description: Tell, in one round trip, which of a GPU node's concerns drifted and how (read-only)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Evaluates every requested concern of a GPU node, the /dev/char links (M(gpufleet.nvidia.device_links)), the
     persistence daemon (M(gpufleet.nvidia.persistenced)), the GPUs' persistence modes

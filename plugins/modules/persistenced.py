@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: persistenced
 short_description: Deploy the NVIDIA persistence daemon as a service on systemd, SysV and Upstart hosts
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Detects the init system, creates the daemon's service user and group, installs a service definition written by
     this collection (systemd unit, LSB SysV script or Upstart job), enables it at boot the native way, and starts the

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: rollback
 short_description: Put a GPU node back as it was before a run of this collection, files byte for byte, services with them
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Every module of this collection that changes a host (M(gpufleet.nvidia.docker_runtime),
     M(gpufleet.nvidia.containerd_runtime), M(gpufleet.nvidia.crio_runtime), M(gpufleet.nvidia.persistenced),

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: slurm_node
 short_description: This host as a Slurm node, drained and resumed by an owned reason, and its GPU health check program
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads the node's Slurm state and drain reason and the jobs Slurm runs on it, with Slurm's own clients
     (C(scontrol), C(squeue), found in C(/usr/bin), C(/usr/local/bin), C(/opt/slurm/bin) or C(/usr/local/slurm/bin), root's
