@@ -454,3 +454,21 @@ def test_gpu_node_leaves_the_gpus_alone_while_the_daemon_is_stopped_for_maintena
     assert runs_gpu_persistence(__gpu_node_run=['docker']) is False
     # Check mode before the daemon's first start: nothing can read the modes yet.
     assert runs_gpu_persistence(ansible_check_mode=True, persistenced_result={'actions': ['start']}) is False
+
+
+def roll_back(before, after):
+    """Whether gpu_node's health gate puts a run's changes back, as the role's variable renders it."""
+    variables = dict(role_vars('gpu_node'), __gpu_node_health_after=after, gpu_node_state={'concerns': {}})
+    variables['__gpu_node_before'] = before
+    return templar(**variables).template(trust_as_template('{{ __gpu_node_roll_back | bool }}'))
+
+
+def test_the_health_gate_rolls_back_only_a_node_that_came_back_worse():
+    passed = {'verdict': 'PASS', 'checks': []}
+    failed = {'verdict': 'FAIL', 'checks': [{'check': 'ecc', 'verdict': 'FAIL', 'gpu': 0}]}
+    # the same verdict, or better: nothing is put back (on every ansible-core: a None is no regression)
+    assert roll_back(passed, passed) is False
+    assert roll_back(failed, passed) is False
+    assert roll_back(passed, failed) is True
+    # a verdict that cannot be read stops the rollout but changes nothing on the node
+    assert roll_back(passed, {'verdict': 'GREAT'}) is False

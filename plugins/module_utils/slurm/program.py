@@ -109,6 +109,10 @@ def imported(source, name, package):
     return found
 
 
+# The names six serves from the standard library at run time (no source of their own to carry).
+SIX_MOVES = 'ansible.module_utils.six.moves'
+
+
 def find_spec(name):
     """The spec of the module ``name``: the loaded module's, unless another module took its place in
     ``sys.modules`` (then, and for a module not loaded, found in its package's directories), or None."""
@@ -128,7 +132,10 @@ def find_spec(name):
 
 def source_of(name):
     """``(source bytes, is_package)`` of the module ``name``, or None where there is no such module or it has no
-    source (a module made at run time)."""
+    source (a module made at run time: six makes ``six.moves.*`` from the standard library when it is imported,
+    and older ansible-core releases import ``ansible.module_utils.six.moves.collections_abc``)."""
+    if name == SIX_MOVES or name.startswith(SIX_MOVES + '.'):
+        return None
     spec = find_spec(name)
     if spec is None:
         return None
