@@ -70,8 +70,10 @@ def test_the_readme_works_for_a_newcomer(newcomer):
     rc, out = run(newcomer, "ansible-playbook", "-i", "inventory", "gpufleet.nvidia.site")
     assert rc == 0, out
     assert re.search(r'"h1 ok found=', out) and re.search(r'"h2 ok found=', out), out
-    # the collection that ran is the installed copy: no path into the repository in what Ansible printed
-    assert str(REPO) not in out, out
+    # the collection that ran is the installed copy: no path to the repository's collection in what Ansible printed
+    # (the tools themselves may live in the checkout's .venv, whose warnings name it)
+    for inside in ("plugins", "roles", "playbooks", ".build"):
+        assert str(REPO / inside) not in out, out
     rc, out = run(newcomer, "ansible-playbook", "-i", "inventory", "playbook.yml")
     assert rc == 0, out
     for host in ("h1", "h2"):
