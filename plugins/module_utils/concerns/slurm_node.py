@@ -20,7 +20,6 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base impo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.health import contract
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.health.apply import HealthRun
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.slurm import health_check, program
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import slurm as slurm_node
 
@@ -92,6 +91,7 @@ def _health(module):
 
 
 def _drain(module, node, result):
+    """Drain for the change (the node's own rules: ``SlurmNode.drain``), then wait for its jobs."""
     p = module.params
     words = p['reason'] + (' (run %s)' % p['audit_run_id'] if p.get('audit_run_id') else '')
     reason = slurm_node.clean_reason('%s %s' % (slurm_node.PREFIX, words))
@@ -99,12 +99,10 @@ def _drain(module, node, result):
     if state is None:
         module.fail_json(msg='slurm_node: slurmctld does not know the node %s: name it (name) as slurm.conf does'
                              % node.name, **result)
-    if state['available']:
+    if node.drain(reason, state, module.check_mode)[0]:
         result['changed'] = True
         result['actions'].append('drain')
         result['changes'].append('drained with reason "%s"' % reason)
-        if not module.check_mode:
-            node.update('DRAIN', reason)
     else:
         result['msg'] = 'out of scheduling already (%s, reason: %s): reason kept' % (state['state'], state['reason'])
     if module.check_mode:
@@ -116,27 +114,29 @@ def _drain(module, node, result):
 
 
 def _resume(module, node, result):
+    """Resume by the node's own rules (``SlurmNode.resume``: only a drain of ours), when its health passes; a
+    rollout's drain whose health does not pass becomes a health drain, which the health check program resumes."""
     state = result['state']
     if state is None or state['available']:
         return
-    if not state['ours']:
-        result['msg'] = 'drained or down by %s for a reason of theirs (%s): never resumed by this collection' % (
-            state['reason_user'] or 'someone', state['reason'] or 'no reason')
-        return
-    health = _health(module)
-    result['verdict'] = health.get('verdict')
-    decision = health_check.decide(state, health)
-    if health.get('verdict') == 'PASS':
+    health = _health(module) if state['ours'] else None  # NVML is read only for a drain we may end
+    verdict = health.get('verdict') if health else None
+    result['verdict'] = verdict
+    resumed, unused, why = node.resume(verdict == 'PASS', state, module.check_mode)
+    if resumed:
         result['changed'] = True
         result['actions'].append('resume')
         result['changes'].append('resumed (drained for "%s"), health PASS' % state['reason'])
         if not module.check_mode:
-            node.update('RESUME')
             result['state'] = node.state()
         return
-    result['msg'] = 'not resumed: the health verdict is %s (%s)' % (health.get('verdict'), decision.get('why'))
+    if health is None:
+        result['msg'] = why
+        return
+    decision = health_check.decide(state, health)
+    result['msg'] = 'not resumed: the health verdict is %s (%s)' % (verdict, decision.get('why'))
     reason = decision.get('reason')
-    if reason and state['reason'] != reason and state['reason'].startswith(slurm_node.ROLLOUT):
+    if reason and state['reason'] != reason and health_check.is_rollout_reason(state['reason']):
         # the rollout's drain becomes a health drain: the health check program resumes it once the GPUs pass
         result['changed'] = True
         result['actions'].append('drain_reason')
@@ -148,10 +148,11 @@ def _resume(module, node, result):
 
 def run(module):
     p = module.params
-    node = slurm_node.local_node(p.get('name'), concerns_module.runner(module))
-    result = {'changed': False, 'slurm': False, 'node': node.name, 'state': None, 'jobs': [], 'actions': [],
-              'changes': [], 'health_check': [], 'verdict': None, 'timed_out': False, 'msg': ''}
-    if workload.local_slurm() is None:
+    node = slurm_node.local(p.get('name'), concerns_module.runner(module))
+    result = {'changed': False, 'slurm': False, 'node': node.name if node else p.get('name') or slurm_node.default_name(),
+              'state': None, 'jobs': [], 'actions': [], 'changes': [], 'health_check': [], 'verdict': None,
+              'timed_out': False, 'msg': ''}
+    if node is None:
         result['msg'] = 'not a Slurm node: no Slurm configuration or no Slurm clients (scontrol, squeue) on this host'
         if p['action'] != 'none':
             result['msg'] += '; nothing to %s' % p['action']

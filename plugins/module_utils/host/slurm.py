@@ -217,21 +217,23 @@ class SlurmNode(object):
             argv.append('Reason=%s' % clean_reason(reason))
         self._call(argv, 'scontrol update NodeName=%s State=%s' % (self.name, state))
 
-    def drain(self, reason):
+    def drain(self, reason, before=None, check_mode=False):
         """Drain the node with our ``reason`` (``gpufleet: ...``), unless it is out of scheduling already: a person's
-        drain or down keeps its reason, one of ours keeps its own. Returns ``(changed, state_before)``."""
-        before = self.state()
+        drain or down keeps its reason, one of ours keeps its own. ``before``: its state, read already (else read
+        here); ``check_mode``: decide, change nothing. Returns ``(changed, state_before)``."""
+        before = self.state() if before is None else before
         if before is None:
             raise SlurmError('slurmctld does not know the node %s' % self.name)
         if not before['available']:
             return False, before
-        self.update('DRAIN', reason)
+        if not check_mode:
+            self.update('DRAIN', reason)
         return True, before
 
-    def resume(self, allowed=True):
-        """Resume the node when its drain (or down) is ours and ``allowed`` (the health verdict is PASS). Returns
-        ``(changed, state_before, why_not)``."""
-        before = self.state()
+    def resume(self, allowed=True, before=None, check_mode=False):
+        """Resume the node when its drain (or down) is ours and ``allowed`` (the health verdict is PASS); ``before``
+        and ``check_mode`` as ``drain``'s. Returns ``(changed, state_before, why_not)``."""
+        before = self.state() if before is None else before
         if before is None:
             raise SlurmError('slurmctld does not know the node %s' % self.name)
         if before['available']:
@@ -241,7 +243,8 @@ class SlurmNode(object):
                 before['reason_user'] or 'someone', before['reason'] or 'no reason')
         if not allowed:
             return False, before, 'the health verdict is not PASS'
-        self.update('RESUME')
+        if not check_mode:
+            self.update('RESUME')
         return True, before, None
 
     def wait_jobs(self, timeout, interval=2.0):
@@ -298,3 +301,20 @@ def subprocess_run(argv, timeout=30):
 def local_node(name=None, run=None):
     """This host's SlurmNode (``present`` False where it has no Slurm clients)."""
     return SlurmNode(name or default_name(), run or subprocess_run, find_binary('scontrol'), find_binary('squeue'))
+
+
+# A Slurm node's configuration (Debian's, older Debian's, the default of a source build); SLURM_CONF names another.
+CONFIGS = ('/etc/slurm/slurm.conf', '/etc/slurm-llnl/slurm.conf', '/usr/local/etc/slurm.conf')
+
+
+def configured():
+    """Whether this host has a Slurm configuration (``CONFIGS``, or the file ``$SLURM_CONF`` names)."""
+    return any(conf and os.path.isfile(conf) for conf in (os.environ.get('SLURM_CONF'),) + CONFIGS)
+
+
+def local(name=None, run=None):
+    """This host's SlurmNode where it is a Slurm node (a configuration and Slurm's clients), else None."""
+    if not configured():
+        return None
+    node = local_node(name, run)
+    return node if node.present else None

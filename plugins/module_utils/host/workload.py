@@ -55,8 +55,6 @@ MAX_LISTED = 10
 # default user, which the driver's packages create), or of NVIDIA's binary run as root (GH200 needs that).
 DAEMON_USERS = ('nvidia-persistenced',)
 DAEMON_EXES = ('/usr/bin/nvidia-persistenced',)
-# A Slurm node's configuration (Debian's, older Debian's, the default of a source build); SLURM_CONF names another.
-SLURM_CONFS = ('/etc/slurm/slurm.conf', '/etc/slurm-llnl/slurm.conf', '/usr/local/etc/slurm.conf')
 
 
 def _readlink(path):
@@ -147,15 +145,6 @@ def is_persistence_daemon(holder, uids, proc='/proc'):
     return _readlink('%s/%d/exe' % (proc, holder['pid'])) in DAEMON_EXES
 
 
-def local_slurm():
-    """This host's SlurmNode where it is a Slurm node (a configuration and Slurm's clients), else None."""
-    confs = (os.environ.get('SLURM_CONF'),) + SLURM_CONFS
-    if not any(conf and os.path.isfile(conf) for conf in confs):
-        return None
-    node = slurm_node.local_node()
-    return node if node.present else None
-
-
 def slurm_jobs(node):
     """``(jobs, error)``: the jobs Slurm runs on ``node`` (a SlurmNode, or None: no Slurm), or the error saying
     why Slurm did not tell."""
@@ -169,14 +158,14 @@ def slurm_jobs(node):
 
 def find(exclude=(), proc='/proc', daemon_users=DAEMON_USERS, slurm=None):
     """The host's GPU work: ``{'holders': [...], 'containers': [...]}`` (see the module doc), with ``slurm_jobs``
-    (and ``slurm_error``) on a Slurm node (``slurm``: a SlurmNode; ``local_slurm()``'s where ``proc`` is the
-    host's); ``exclude``: pids. The persistence daemon is not work (``is_persistence_daemon``)."""
+    (and ``slurm_error``) on a Slurm node (``slurm``: a SlurmNode; ``host.slurm.local()``'s where ``proc`` is
+    the host's); ``exclude``: pids. The persistence daemon is not work (``is_persistence_daemon``)."""
     uids = _daemon_uids(daemon_users)
     holders = [holder for holder in procs.open_file_holders((DEVICE_PREFIX,), proc)
                if holder['pid'] not in exclude and not is_persistence_daemon(holder, uids, proc)]
     work = {'holders': holders, 'containers': gpu_containers(proc, exclude)}
     if slurm is None and proc == '/proc':
-        slurm = local_slurm()
+        slurm = slurm_node.local()
     if slurm is not None:
         work['slurm_jobs'], error = slurm_jobs(slurm)
         if error:

@@ -131,3 +131,27 @@ def test_a_failing_slurm_is_an_error_naming_the_command():
         return 1, '', 'slurm_load_jobs error: Unable to contact slurm controller (connect failure)'
     with pytest.raises(slurm.SlurmError, match='squeue --nodelist h2 failed .*Unable to contact'):
         node('h2', failing).jobs()
+
+
+def test_drain_and_resume_take_a_state_read_already_and_check_mode_changes_nothing():
+    mixed = Scontrol(fixture('show-node-mixed-22.05.txt'))
+    before = node('h2', mixed).state()
+    mixed.calls[:] = []
+    assert node('h2', mixed).drain('gpufleet: rollout', before, check_mode=True) == (True, before)
+    assert mixed.calls == []  # neither read again nor updated
+    ours = Scontrol(fixture('show-node-drained-22.05.txt').replace('fan replaced Tuesday', 'gpufleet: rollout'))
+    drained = node('h3', ours).state()
+    ours.calls[:] = []
+    assert node('h3', ours).resume(True, drained, check_mode=True) == (True, drained, None)
+    assert ours.calls == []
+
+
+def test_a_slurm_node_is_one_with_a_configuration_and_the_clients(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm, 'CONFIGS', (str(tmp_path / 'slurm.conf'),))
+    monkeypatch.delenv('SLURM_CONF', raising=False)
+    monkeypatch.setattr(slurm, 'find_binary', lambda name, dirs=slurm.BIN_DIRS: '/usr/bin/' + name)
+    assert slurm.local('h2') is None  # no configuration: no Slurm node, whatever clients there are
+    (tmp_path / 'slurm.conf').write_text('ClusterName=x\n')
+    assert slurm.local('h2').name == 'h2'
+    monkeypatch.setattr(slurm, 'find_binary', lambda name, dirs=slurm.BIN_DIRS: None)
+    assert slurm.local('h2') is None  # no clients
