@@ -26,6 +26,13 @@ import copy
 # drain is defer in a module (the gpu_node role drains the Slurm node before its modules run).
 DISRUPTION = dict(type='str', default='force', choices=['defer', 'drain', 'force'])
 
+# The defaults of the audit trail's and the rollback store's options (``host.audit.DEFAULT_PATH``,
+# ``host.rollback.DEFAULT_STORE``), here so that a concern's argument spec (concerns/base.py) has them without
+# importing the code that writes them: node_state's check path never writes either, and a host compiles every
+# module it imports on every run.
+AUDIT_LOG = '/var/log/gpufleet/audit.jsonl'
+ROLLBACK_STORE = '/var/lib/gpufleet-rollback'
+
 
 class Options(object):
     """The options ``OPTIONS`` of the argument spec ``SPEC`` as attributes (named as ``NAMES`` says)."""

@@ -16,9 +16,8 @@ __metaclass__ = type
 import os
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import AUDIT_LOG, ROLLBACK_STORE
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import module as concerns_module
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import audit
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import rollback
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import Service
 
 
@@ -70,8 +69,8 @@ class Concern(object):
         store's options (the action plugin gives ``audit_run_id``)."""
         spec = dict(self.spec, role_vars=dict(type='bool', default=False))
         if self.audited:
-            spec.update(audit_log=dict(type='path', default=audit.DEFAULT_PATH), audit_run_id=dict(type='str'),
-                        rollback_store=dict(type='path', default=rollback.DEFAULT_STORE))
+            spec.update(audit_log=dict(type='path', default=AUDIT_LOG), audit_run_id=dict(type='str'),
+                        rollback_store=dict(type='path', default=ROLLBACK_STORE))
         return spec
 
     def execute(self, module):
@@ -79,7 +78,12 @@ class Concern(object):
         trail (``host.audit``) and saves what it changed to the rollback store (``host.rollback``, under the run's
         ``audit_run_id``). The run's diffs are computed for them (their hashes, the files' texts before) and returned
         only when the task asked for them. A trail or a record that cannot be written is a warning and
-        ``audit_error`` / ``rollback_error``: the change is made."""
+        ``audit_error`` / ``rollback_error``: the change is made.
+
+        ``host.audit`` and ``host.rollback`` are imported here, for a run that changed the host, not with this file:
+        node_state's check path (``run`` in check mode) never writes either, and a host compiles every module it
+        imports on every run (zipimport keeps no bytecode). Ansible's dependency finder still packs them into every
+        concern module's zip (an import in a function is found as one at the top is)."""
         params = module.params
         if not self.audited or module.check_mode or not (params.get('audit_log') or params.get('rollback_store')):
             return self.run(module)  # no trail or record to write: no diffs computed for them
@@ -90,6 +94,7 @@ class Concern(object):
         finally:
             module._diff = asked
         if result.get('changed') and params.get('audit_log'):
+            from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import audit
             try:
                 audit.append([audit.record(self.name, self.module, result, module.params.get('audit_run_id'),
                                            by=os.environ.get('SUDO_USER'), policy=module.params.get('disruption'))],
@@ -98,6 +103,7 @@ class Concern(object):
                 result['audit_error'] = str(exc)
                 module.warn('the audit trail was not written: %s' % exc)
         if result.get('changed') and params.get('rollback_store'):
+            from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import rollback
             try:
                 rollback.save(params.get('audit_run_id'), self.name, self.module, result, params, params['rollback_store'])
             except (GpufleetError, OSError) as exc:

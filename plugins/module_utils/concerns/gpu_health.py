@@ -21,7 +21,6 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base impo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.health import contract, metrics
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.health.apply import HealthRun
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import audit
 
 # This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
 DECLARATION = {
@@ -53,7 +52,9 @@ SPEC = dict(
 
 
 def _audit_gate(module, before, after):
-    """The health gate's line in the audit trail: the node's verdicts before and after this run's changes."""
+    """The health gate's line in the audit trail: the node's verdicts before and after this run's changes (never in
+    check mode: ``host.audit`` is imported here, so node_state's check path does not compile it)."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import audit
     entry = audit.record('gpu_health', 'gpu_health', {'actions': ['health_gate'],
                                                       'changes': ['health %s -> %s' % (before, after)]},
                          module.params.get('audit_run_id'), by=os.environ.get('SUDO_USER'))

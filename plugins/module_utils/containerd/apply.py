@@ -11,7 +11,8 @@ version and the effective configuration (``containerd config dump``), plans
 the new text (``containerd.plan``), dumps the new text given on containerd's
 standard input (no file is written for it, in check mode or not) and
 refuses it unless the effective configuration differs only by what was
-asked, decides, writes once, then ``Applier`` restarts containerd (it has
+asked, decides, writes once, then ``Applier`` (``containerd.apply_change``,
+imported only to apply) restarts containerd (it has
 no reload), checks that it came back with the CRI plugin loaded, and on
 failure restores the file, restarts containerd with it and fails with
 containerd's own error. Every file containerd imports, and every directory
@@ -28,7 +29,6 @@ __metaclass__ = type
 
 import collections
 import os
-import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.cdi import dirs
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import cdi as containerd_cdi
@@ -37,19 +37,16 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd import plan
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.formats import toml_splice as ts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import locks
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths as host_paths
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines import verify
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import (
-    DocumentError, GpufleetError, ServiceError)
+    DocumentError, GpufleetError)
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import DISRUPTION, Options
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import found_by
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd.facts import _names, containerd_error
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd.facts import _names
 
 
-CRI_PLUGIN = 'cri'
 DEFAULT_ADDRESS = '/run/containerd/containerd.sock'
 
 
@@ -111,7 +108,7 @@ class Converge(object):
         dschema = cd.dump_schema(version)
         if not check_mode and request.state == 'present' and host_files.ensure_directory(real):
             result['changed'] = True
-        with locks.directory_lock(real, check_mode=check_mode):
+        with host_files.directory_lock(real, check_mode=check_mode):
             current = host_files.read_file(request.path, real, cd.MAX_CONFIG_BYTES, reader='containerd')
             text = current.text if current.exists else ''
             config = cd.Config(text, request.path)
@@ -156,18 +153,18 @@ class Converge(object):
                 started = procs.start_time(pid)
                 stale = procs.changed_since([real] + list(imports), started) if started else [real]
             action = result['action'] = decide(request, pid, file_changed, stale)
-            deferred = workload.deferral(request.disruption, 'restart', 'Restarting containerd',
-                                         check_mode=check_mode) if action == 'restart' else None
-            if deferred:
-                return workload.defer(result, deferred)
-            if action == 'restart':
+            if action == 'restart':  # host.workload: only where containerd is to be restarted
+                from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
+                deferred = workload.deferral(request.disruption, 'restart', 'Restarting containerd', check_mode=check_mode)
+                if deferred:
+                    return workload.defer(result, deferred)
                 result['changed'] = True
             self.address = cd.get(before, ('grpc', 'address')) or DEFAULT_ADDRESS
             if not check_mode:
                 self.write(real, current, planned.text)
                 if action == 'restart':
-                    Applier(request, self.service, self.tools, real, current, self.label, self.poll,
-                            self.address).restart(pid)
+                    from ansible_collections.gpufleet.nvidia.plugins.module_utils.containerd.apply_change import Applier
+                    Applier(request, self.service, self.tools, real, current, self.label, self.poll, self.address).restart(pid)
             result['containerd_pid_after'] = pid if check_mode else self.service.pid()
             result['msg'] = message(result, stale, check_mode)
             return result
@@ -405,77 +402,3 @@ def message(result, stale, predicted):
     else:
         parts.append('containerd already runs it' if result['containerd_pid_before'] else 'containerd is not running')
     return '; '.join(parts)
-
-
-class Applier(object):
-    """Restarts containerd on the new file; restores the file and containerd when it does not come back whole."""
-
-    def __init__(self, request, service, tools, real, previous, label, poll, address):
-        self.request = request
-        self.service = service
-        self.tools = tools
-        self.real = real
-        self.previous = previous
-        self.label = label
-        self.poll = poll
-        self.address = address
-
-    def restore(self):
-        if not self.previous.exists:
-            try:
-                os.unlink(self.real)
-            except OSError:
-                pass
-            return
-        host_files.write_atomic(self.real, self.previous.text.encode('utf-8'), like=self.previous.stat, label=self.label)
-
-    def wait(self, pid_before, cri_before):
-        """``(True, None)`` once a new containerd answers with the CRI plugin as before, else ``(False, why)``."""
-        deadline = time.time() + self.request.timeout
-        why = 'containerd did not answer on %s' % self.address
-        while time.time() < deadline:
-            pid = self.service.pid()
-            if pid and pid != pid_before:
-                plugins = self.tools.plugins(self.address)
-                if plugins is not None:
-                    status = plugins.get(CRI_PLUGIN)
-                    if cri_before == 'ok' and status != 'ok':
-                        return False, 'the CRI plugin did not load (status %s)' % status
-                    return True, None
-            elif pid_before and not pid:
-                why = 'containerd exited'
-            time.sleep(self.poll)
-        return False, why
-
-    def restart(self, pid_before):
-        before = self.tools.plugins(self.address) if pid_before else None
-        cri_before = (before or {}).get(CRI_PLUGIN)
-        started = time.time()
-        error = None
-        try:
-            self.service.restart()
-        except GpufleetError as exc:
-            error = str(exc)
-        ok, why = self.wait(pid_before, cri_before) if error is None else (False, error)
-        if ok:
-            return
-        said = cd_error(self.service, started) or error or why
-        self.restore()
-        failed_pid = self.service.pid()
-        back_error = None
-        try:
-            self.service.restart()
-        except GpufleetError as exc:
-            back_error = str(exc)
-        back, back_why = (False, back_error) if back_error else self.wait(failed_pid, None)
-        if not back:
-            raise ServiceError('%s: containerd did not come back with the new configuration (%s); the previous file '
-                               'was restored but containerd did not come back either (%s). containerd said: %s'
-                               % (self.request.path, why, back_why, said))
-        raise ServiceError('%s: containerd did not come back with the new configuration (%s); the previous file was '
-                           'restored and containerd restarted with it. containerd said: %s'
-                           % (self.request.path, why, said))
-
-
-def cd_error(service, since):
-    return containerd_error(service.logs(since=since, lines=200))

@@ -11,7 +11,8 @@ drop-in directory, in CRI-O's order), plans the collection's drop-in
 (``crio.config``) and the drop-ins beside it that ``take_over`` edits
 (``crio.takeover``), decides, writes once (``host.files.replace_config``, or
 removes the file for ``absent``; the files take_over edits first, put back
-when a later write fails), then ``Applier`` reloads (SIGHUP, through
+when a later write fails), then ``Applier`` (``crio.apply_change``, imported
+only to apply) reloads (SIGHUP, through
 ``init.service.Service.reload``) where CRI-O applies reloaded runtimes and
 restarts otherwise; when CRI-O does not come back (or logs a failed
 reload) the previous files are restored, CRI-O is reloaded or restarted with
@@ -25,25 +26,19 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import errno
 import os
-import re
-import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as cr
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import takeover
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import locks
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths as host_paths
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError, GpufleetError, \
-    HostFileError, ServiceError
+    HostFileError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.init.service import found_by
 
 Request = cr.Request
 MAX_DROPINS = 1000
-RELOAD_FAILED = 'Unable to reload configuration'  # server/server.go's log line for a failed SIGHUP reload
 
 
 class Tools(object):
@@ -93,20 +88,6 @@ def cdi_flag(argv):
         elif arg.startswith('--cdi-spec-dirs='):
             found = (found or []) + [arg.split('=', 1)[1]]
     return found
-
-
-def crio_error(log):
-    """CRI-O's own words from its log: a failed reload, else the last fatal or error line."""
-    found = None
-    for line in (log or '').splitlines():
-        if RELOAD_FAILED in line:
-            found = line.strip()
-        elif 'level=fatal' in line or 'level=error' in line:
-            found = found if found and RELOAD_FAILED in found else line.strip()
-    if found:
-        match = re.search(r'msg="((?:[^"\\]|\\.)*)"', found)
-        return match.group(1).replace('\\"', '"') if match else found
-    return None
 
 
 def decide(request, pid, file_changed, stale, version, reload_from=cr.RELOAD_EFFECTIVE_FROM):
@@ -227,7 +208,7 @@ class Converge(object):
         result['crio_version'] = '.'.join(str(part) for part in version) if version else None
         if not check_mode and request.state == 'present' and host_files.ensure_directory(real):
             result['changed'] = True
-        with locks.directory_lock(real, check_mode=check_mode):
+        with host_files.directory_lock(real, check_mode=check_mode):
             if not check_mode:
                 host_files.remove_stale_temps(real)  # an earlier version made its temp files in the drop-in directory
             sources, current = read_sources(request)
@@ -269,15 +250,18 @@ class Converge(object):
             if action == 'deferred' and request.apply == 'reload' and pid:
                 self.warnings.append('apply=reload: this CRI-O (%s) does not reload runtimes (1.26 and later do); '
                                      'the file was written, restart crio to use it.' % result['crio_version'])
-            deferred = workload.deferral(request.disruption, 'restart', 'Restarting CRI-O', check_mode=check_mode) \
-                if action == 'restart' else None
-            if deferred:
-                return workload.defer(result, deferred)
+            if action == 'restart':  # host.workload: only where CRI-O is to be restarted
+                from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
+                deferred = workload.deferral(request.disruption, 'restart', 'Restarting CRI-O', check_mode=check_mode)
+                if deferred:
+                    return workload.defer(result, deferred)
             if action in ('reload', 'restart'):
                 result['changed'] = True
             if not check_mode:
                 self.write_all(real, real_dir, current, text, edits)
                 if action in ('reload', 'restart'):
+                    # the reload or restart, and its rollback: imported to apply only (crio.apply_change)
+                    from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio.apply_change import Applier
                     Applier(request, self.service, real, current, self.label, self.poll, self.settle,
                             real_dir, [previous for unused, previous, unused_new in edits]).apply(action, pid)
             result['crio_pid_after'] = pid if check_mode else self.service.pid()
@@ -298,6 +282,7 @@ class Converge(object):
     def write_all(self, real, real_dir, current, text, edits):
         """The files ``take_over`` edits (``edited_files``), then the drop-in; when one fails, those written before
         it are put back as they were."""
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply_change
         written = []
         try:
             for unused_shown, previous, new in edits:
@@ -309,7 +294,7 @@ class Converge(object):
         except BaseException:
             for previous in reversed(written):
                 try:
-                    restore_file(previous, real_dir, self.label)
+                    apply_change.restore_file(previous, real_dir, self.label)
                 except (GpufleetError, OSError):
                     pass  # the first error is the one to report; state=absent puts back what stays commented out
             raise
@@ -321,6 +306,7 @@ class Converge(object):
         returns the backup's name, or None."""
         if text is None:
             if current.exists:
+                from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio.apply_change import remove
                 remove(real)
             return None
         backup = self.backup
@@ -346,27 +332,11 @@ def edited_files(edits, real):
     return found
 
 
-def restore_file(previous, real_dir, label):
-    """``previous`` (a HostFile of a file that existed, as read) written back."""
-    with host_files.temp_directory(real_dir, previous.real) as temp_dir:
-        host_files.write_atomic(previous.real, previous.text.encode('utf-8'), like=previous.stat, label=label,
-                                temp_dir=temp_dir)
-
-
 def cdi_result(effective):
     """``{spec_dirs, set_in}``: the directories CRI-O reads CDI specs from and the file that sets them (None: CRI-O's
     built-in list)."""
     origin = effective.origin(cr.CDI_SPEC_DIRS)
     return dict(spec_dirs=effective.cdi_spec_dirs, set_in=origin.path if origin else None)
-
-
-def remove(real):
-    try:
-        os.unlink(real)
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            raise HostFileError('%s: cannot remove: %s. Nothing more was done.' % (real, exc.strerror))
-    host_files.fsync_directory(os.path.dirname(real))
 
 
 def message(result, stale, predicted, apply='auto'):
@@ -388,95 +358,3 @@ def message(result, stale, predicted, apply='auto'):
     else:
         parts.append('crio already runs it' if result['crio_pid_before'] else 'crio is not running')
     return '; '.join(parts)
-
-
-class Applier(object):
-    """Reloads or restarts CRI-O on the new file; restores the file and CRI-O when that fails."""
-
-    def __init__(self, request, service, real, previous, label, poll, settle=2.0, real_dir=None, others=()):
-        self.request = request
-        self.others = list(others)  # the files take_over changed, as they were (HostFile)
-        self.real_dir = real_dir if real_dir is not None else os.path.dirname(real)
-        self.service = service
-        self.real = real
-        self.previous = previous
-        self.label = label
-        self.poll = poll
-        self.settle = settle
-
-    def restore(self):
-        for previous in self.others:
-            restore_file(previous, self.real_dir, self.label)
-        if not self.previous.exists:
-            remove(self.real)
-            return
-        with host_files.temp_directory(self.real_dir, self.real) as temp_dir:
-            host_files.write_atomic(self.real, self.previous.text.encode('utf-8'), like=self.previous.stat,
-                                    label=self.label, temp_dir=temp_dir)
-
-    def wait_restart(self, pid_before):
-        """``(True, None)`` once a new crio runs and stays up ``settle`` seconds, else ``(False, why)``."""
-        deadline = time.time() + self.request.timeout
-        since = None
-        why = 'crio did not start'
-        while time.time() < deadline:
-            pid = self.service.pid()
-            if pid and pid != pid_before and self.service.is_running():
-                since = since or time.time()
-                if time.time() - since >= self.settle:
-                    return True, None
-            else:
-                if since is not None:
-                    why = 'crio exited after it started'
-                since = None
-            time.sleep(self.poll)
-        return False, why
-
-    def wait_reload(self, pid_before, started):
-        """After a SIGHUP: the same crio still runs and its log names no failed reload."""
-        time.sleep(self.settle)
-        if self.service.pid() != pid_before:
-            return False, 'crio exited on SIGHUP'
-        log = self.service.logs(since=started, lines=200) or ''
-        if RELOAD_FAILED in log:
-            return False, crio_error(log)
-        return True, None
-
-    def apply(self, action, pid_before):
-        started = time.time()
-        error = None
-        try:
-            self.service.reload() if action == 'reload' else self.service.restart()
-        except GpufleetError as exc:
-            error = str(exc)
-        if error is None:
-            ok, why = self.wait_reload(pid_before, started) if action == 'reload' else self.wait_restart(pid_before)
-            if ok:
-                return
-        else:
-            why = error
-        said = crio_error(self.service.logs(since=started, lines=200)) or error or why
-        self.restore()
-        failed_pid = self.service.pid()
-        back_error = None
-        try:
-            if action == 'reload' and failed_pid:
-                self.service.reload()
-            else:
-                self.service.restart()
-        except GpufleetError as exc:
-            back_error = str(exc)
-        if back_error:
-            back, back_why = False, back_error
-        elif action == 'reload' and failed_pid:
-            back, back_why = (self.service.pid() == failed_pid), 'crio exited'
-        else:
-            back, back_why = self.wait_restart(failed_pid)
-        verb = 'reload' if action == 'reload' else 'restart'
-        if not back:
-            raise ServiceError('%s: crio did not take the new configuration (%s failed: %s); the previous file was '
-                               'restored but crio did not come back either (%s). crio said: %s'
-                               % (self.request.path, verb, why, back_why, said))
-        raise ServiceError('%s: crio did not take the new configuration (%s failed: %s); the previous file was '
-                           'restored and crio %s with it. crio said: %s'
-                           % (self.request.path, verb, why, 'reloaded' if action == 'reload' else 'restarted', said))

@@ -34,11 +34,12 @@ import stat
 import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import AUDIT_LOG
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host.paths import (
     CLOEXEC, NOFOLLOW, NONBLOCK, refuse, resolve_path)
 
-DEFAULT_PATH = '/var/log/gpufleet/audit.jsonl'
+DEFAULT_PATH = AUDIT_LOG
 MAX_BYTES = 8 << 20
 KEEP = 4
 FORMAT = 1

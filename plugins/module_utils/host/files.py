@@ -561,3 +561,29 @@ def selinux_labeller(module):
                    else module.selinux_default_context(dest))
         module.set_context_if_different(tmp, context, False)
     return label
+
+
+# --------------------------------------------------------------------------
+# Locking our writers of a directory
+# --------------------------------------------------------------------------
+
+class _NoLock(object):
+    """What check mode holds: nothing."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc_info):
+        return False
+
+
+def directory_lock(path, check_mode=False):
+    """``host.locks.directory_lock(path)`` (the flock that serialises our writers of ``path``'s directory), or, in
+    check mode, which takes no lock, a context that holds nothing.
+
+    ``host.locks`` is imported only to write: node_state's check path, which only reads, does not compile it (a host
+    compiles every module it imports on every run; Ansible's dependency finder still packs it into the zip)."""
+    if check_mode:
+        return _NoLock()
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import locks
+    return locks.directory_lock(path)

@@ -41,12 +41,13 @@ import re
 import stat
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import GpufleetError, HostFileError
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.options import ROLLBACK_STORE
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import audit
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import locks
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host.paths import resolve_path
 
-DEFAULT_STORE = '/var/lib/gpufleet-rollback'
+DEFAULT_STORE = ROLLBACK_STORE
 KEEP = 8
 MAX_RECORD = 4 << 20
 MAX_FILE = MAX_RECORD  # the largest file a record can hold (its text is in the record)

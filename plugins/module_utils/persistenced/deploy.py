@@ -9,6 +9,11 @@ PRIVATE to the gpufleet.nvidia collection: the API may change at any time.
 action through one table (``actions.ACTIONS``, ``Deployer.ACTIONS``) for every state. A failed service command
 during ``present`` puts the previous service definition and program back; any other
 failure fails the module naming what was being done.
+
+What only a change needs is imported when it is made, not with this file: the actions (``persistenced.actions``)
+and the GPU work a restart or stop may defer to (``host.workload``). node_state's check path runs ``Deployer`` in
+check mode, and a host compiles every module it imports on every run (zipimport keeps no bytecode); Ansible's
+dependency finder still packs both into the zips.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,8 +28,6 @@ import time
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files as host_files
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import procs
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import actions as pd_actions
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import facts
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import rules as pd
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import (
@@ -43,9 +46,12 @@ def deferred(result, params, service, actions, check_mode):
     """Whether ``actions`` restart or stop the daemon while the host has GPU work (other than the daemon's own) and
     the policy defers that (``host.workload``): then nothing runs and ``result`` says why."""
     disruptive = [action for action in actions if action in ('restart', 'stop')]
-    policy = params.get('disruption', workload.DEFAULT_POLICY)
-    if not disruptive or policy != 'defer' or check_mode:
+    if not disruptive or check_mode:
         return False  # nothing to ask the init system for (the daemon's pid) when nothing can be deferred
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import workload
+    policy = params.get('disruption', workload.DEFAULT_POLICY)
+    if policy != 'defer':
+        return False
     found = workload.deferral(policy, disruptive[0], '%s the persistence '
                               'daemon (%s)' % ('Restarting' if disruptive[0] == 'restart' else 'Stopping',
                                                params['service_name']),
@@ -61,6 +67,22 @@ def report_holders(result, warnings, host, exclude=()):
     result['device_holders'], warning = facts.device_holders(exclude)
     if warning:
         warnings.append('%s: %s' % (host, warning))
+
+
+def restore_previous(deployer, current):
+    """Put the previous unit and program back (``persistenced.actions``, imported to act only)."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import actions as pd_actions
+    pd_actions.restore_file(deployer.unit_path, current['unit'], deployer.unit_mode, deployer.calls.label)
+    pd_actions.restore_file(deployer.params['bundled_path'], current['binary'], pd_actions.BINARY_MODE,
+                            deployer.calls.label)
+
+
+class _Actions(object):
+    """``Deployer.ACTIONS``: ``persistenced.actions.ACTIONS``, imported when first read (to act)."""
+
+    def __get__(self, instance, owner):
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.persistenced import actions as pd_actions
+        return pd_actions.ACTIONS
 
 
 class Deployer(object):
@@ -195,8 +217,7 @@ class Deployer(object):
         p = self.params
         notes = []
         try:
-            pd_actions.restore_file(self.unit_path, current['unit'], self.unit_mode, self.calls.label)
-            pd_actions.restore_file(p['bundled_path'], current['binary'], pd_actions.BINARY_MODE, self.calls.label)
+            restore_previous(self, current)
             self.service.reload_init()
             if current['running']:
                 self.service.restart()
@@ -312,4 +333,4 @@ class Deployer(object):
         report_holders(self.result, self.warnings, self.host, exclude)
 
     # What each action of any plan does (``actions``): one table for every state. Errors go to the state's handler.
-    ACTIONS = pd_actions.ACTIONS
+    ACTIONS = _Actions()

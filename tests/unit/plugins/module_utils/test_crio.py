@@ -21,6 +21,7 @@ import pytest
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import config as cr
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.crio import apply_change
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import DocumentError, ServiceError
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'crio')
@@ -249,8 +250,8 @@ def test_crio_error_quotes_a_failed_reload():
     log = ('time="t" level=info msg="Reloading configuration"\n'
            'time="t" level=error msg="Unable to reload configuration: unable to reload runtimes: '
            'invalid runtime_path for runtime \'nvidia\'"\n')
-    assert apply.crio_error(log) == ("Unable to reload configuration: unable to reload runtimes: invalid runtime_path "
-                                     "for runtime 'nvidia'")
+    assert apply_change.crio_error(log) == ("Unable to reload configuration: unable to reload runtimes: "
+                                            "invalid runtime_path for runtime 'nvidia'")
 
 
 # ---- the whole run against a fake service, on files --------------------------------------

@@ -294,3 +294,44 @@ def test_a_concern_is_imported_when_it_is_evaluated_and_tomli_only_without_tomll
     assert 'concerns.docker' in after and 'docker.apply' in after and module == 'docker_runtime' and same and count == 10
     assert not [name for name in after if name.startswith(('concerns.crio', 'crio.'))]
     assert ('formats._tomli' in after) is (sys.version_info < (3, 11))
+
+
+# What only a change needs: imported where the change is made (not in check mode), never by node_state's check path.
+APPLY_ONLY = ('host.audit', 'host.rollback', 'host.locks', 'host.workload', 'persistenced.actions',
+              'docker.apply_change', 'containerd.apply_change', 'crio.apply_change')
+
+
+def test_the_check_path_compiles_no_apply_only_code():
+    """A host compiles every module node_state imports on every run (zipimport keeps no bytecode): its check path,
+    every concern evaluated in check mode, imports none of the code that only writes, restarts, rolls back or audits
+    (APPLY_ONLY). Each concern module still carries that code (test_module_payloads.py), and a change imports it."""
+    import subprocess
+    import sys
+    prefix = 'ansible_collections.gpufleet.nvidia.plugins.module_utils.'
+    probe = ('import json, sys\n'
+             'from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state, registry\n'
+             'class Host(object):\n'
+             '    check_mode = True\n'
+             '    def run_command(self, args, **kwargs):\n'
+             '        return 127, "", "not found"\n'
+             '    def get_bin_path(self, arg, required=False, opt_dirs=None):\n'
+             '        return None\n'
+             '    def selinux_enabled(self):\n'
+             '        return False\n'
+             'options = dict((name, {}) for name in registry.ORDER)\n'
+             'options["engines"] = list(registry.ENGINES)\n'
+             'result = node_state.evaluate(Host(), options)[0]\n'
+             'print(json.dumps([result["evaluated"], sorted(m[len(P):] for m in sys.modules if m.startswith(P))]))\n')
+    out = subprocess.run([sys.executable, '-c', 'P = %r\n' % prefix + probe], check=False, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    evaluated, imported = json.loads(out.stdout.strip().splitlines()[-1])
+    assert evaluated == list(registry.ORDER), out.stdout
+    # every concern's own code, and what it uses to decide, was imported: the probe reached the concerns
+    assert {'concerns.' + name for name in registry.ORDER} <= set(imported)
+    assert {'docker.apply', 'containerd.apply', 'crio.apply', 'persistenced.deploy', 'host.files'} <= set(imported)
+    assert sorted(set(APPLY_ONLY) & set(imported)) == []
+    # and each is a module of the collection, so that the check above names something real
+    import importlib
+    for name in APPLY_ONLY:
+        importlib.import_module(prefix + name)
