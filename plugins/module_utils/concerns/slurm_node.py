@@ -20,7 +20,6 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.base impo
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.health import contract
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.health.apply import HealthRun
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.slurm import health_check, program
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import slurm as slurm_node
 
 # This concern, declared once (the keys: concerns/base.py, DECLARATION_KEYS); scripts/sync-roles builds the rest.
@@ -62,7 +61,10 @@ def _config(params, name):
 
 
 def _program(module, result):
-    """Converge the health check program and its configuration (``health_check``); their changes in ``result``."""
+    """Converge the health check program and its configuration (``health_check``); their changes in ``result``.
+    ``slurm.program`` is imported here, on a Slurm node: node_state evaluates this concern on every host, and a host
+    compiles every module it imports on every run (Ansible's dependency finder still packs it into the zip)."""
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.slurm import program
     p = module.params
     entries = []
     if p['health_check']:
@@ -133,6 +135,7 @@ def _resume(module, node, result):
     if health is None:
         result['msg'] = why
         return
+    from ansible_collections.gpufleet.nvidia.plugins.module_utils.slurm import health_check
     decision = health_check.decide(state, health)
     result['msg'] = 'not resumed: the health verdict is %s (%s)' % (verdict, decision.get('why'))
     reason = decision.get('reason')
