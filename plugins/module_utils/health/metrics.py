@@ -75,10 +75,11 @@ def number(value):
 
 
 class Families(object):
-    """Samples by metric name, in the order first added."""
+    """Samples by metric name, in the order first added; ``help_texts``: the HELP text of each name (``HELP``)."""
 
-    def __init__(self):
+    def __init__(self, help_texts=None):
         self.order, self.samples = [], {}
+        self.help = HELP if help_texts is None else help_texts
 
     def add(self, name, pairs, value):
         if value is None or isinstance(value, Unread):
@@ -91,7 +92,7 @@ class Families(object):
     def text(self):
         out = []
         for name in self.order:
-            out.append('# HELP %s %s\n# TYPE %s gauge\n' % (name, HELP[name], name))
+            out.append('# HELP %s %s\n# TYPE %s gauge\n' % (name, self.help[name], name))
             out.extend('%s%s %s\n' % (name, labels(pairs), number(value)) for pairs, value in self.samples[name])
         return ''.join(out)
 
@@ -210,10 +211,10 @@ def open_directory(path, create):
     return dfd
 
 
-def write(directory, text, create=False):
-    """Write ``text`` as ``directory/gpufleet_health.prom``: its path, or None when the directory does not exist
-    (and ``create`` is off). Raises MetricsError naming the file."""
-    path = os.path.join(directory, FILE_NAME)
+def write(directory, text, create=False, name=FILE_NAME):
+    """Write ``text`` as ``directory/name`` (``gpufleet_health.prom``): its path, or None when the directory does not
+    exist (and ``create`` is off). Raises MetricsError naming the file."""
+    path = os.path.join(directory, name)
     try:
         dfd = open_directory(directory, create)
     except OSError as exc:
@@ -221,7 +222,7 @@ def write(directory, text, create=False):
     if dfd is None:
         return None
     try:
-        files.write_at(dfd, FILE_NAME, text.encode('utf-8'), 0o644)
+        files.write_at(dfd, name, text.encode('utf-8'), 0o644)
     except OSError as exc:
         raise MetricsError('%s: cannot write the metrics: %s; the file was left as it was' % (path, exc.strerror))
     finally:

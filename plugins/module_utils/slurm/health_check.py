@@ -20,16 +20,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
-import errno
-import json
 import os
-import stat
 import sys
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.errors import HostFileError
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.gpu import backends
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.health.apply import HealthRun
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import files, paths
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import paths
+from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import config as program_config
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import slurm as slurm_node
 
 DEFAULT_CONFIG = '/etc/gpufleet/slurm-health-check.json'
@@ -204,30 +202,10 @@ def summary(result):
 # --------------------------------------------------------------------------
 
 def read_config(path):
-    """The configuration at ``path``: a JSON object, from a regular file (not a link) owned by root and writable by
-    nobody else, in directories only root can change. Raises ConfigError naming the file and the remedy."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise ConfigError('%s: the configuration is missing: converge the node with gpufleet.nvidia.slurm_node '
-                              '(health_check: true), which installs it with this program' % path)
-        raise ConfigError('%s: cannot read the configuration: %s' % (path, exc.strerror))
-    if stat.S_ISLNK(st.st_mode):
-        raise ConfigError('%s is a symbolic link: the configuration of a program root runs is read from a file '
-                          'only root can change; replace the link with the file (slurm_node writes it)' % path)
-    try:
-        text = files.read_root_text(path, limit=CONFIG_LIMIT, reader=READER)
-    except HostFileError as exc:
-        raise ConfigError(str(exc))
-    if text is None:
-        raise ConfigError('%s: the configuration disappeared while being read: run the check again' % path)
-    try:
-        config = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError('%s: not valid JSON (%s): converge the node with gpufleet.nvidia.slurm_node to write it '
-                          'again' % (path, exc))
-    return validate_config(path, config)
+    """The configuration at ``path`` (``slurm.program.read_config``), validated. Raises ConfigError naming the file
+    and the remedy."""
+    return validate_config(path, program_config.read_program_config(
+        path, READER, 'gpufleet.nvidia.slurm_node (health_check: true)', ConfigError, CONFIG_LIMIT))
 
 
 def validate_config(path, config):
