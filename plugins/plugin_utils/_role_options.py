@@ -140,19 +140,32 @@ def variables_read(concerns=None):
     return sorted(names)
 
 
-# gpu_node's argument spec (its entry points main and evaluate take the same options), read once per process.
+# gpu_node's argument spec (its entry points main and evaluate take the same options), read once per process: when
+# ansible-playbook's main process imports node_state's action (its strategy loads each task's action class before it
+# forks the task's workers), so that every worker forked after that has it parsed (a worker that parsed it itself
+# spent about 10 ms of CPU a host on it, and lost it when it exited).
 SPEC_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          'roles', 'gpu_node', 'meta', 'argument_specs.yml')
 _SPEC = {}
 
 
+def _load_specs():
+    with open(SPEC_FILE) as handle:
+        specs = yaml_load(handle)['argument_specs']  # ansible-core's safe loader (libyaml's where there is one)
+    _SPEC.update((name, spec.get('options') or {}) for name, spec in specs.items())
+
+
 def role_spec(entry_point='evaluate'):
     """The options of gpu_node's ``entry_point`` (its meta/argument_specs.yml)."""
     if entry_point not in _SPEC:
-        with open(SPEC_FILE) as handle:
-            specs = yaml_load(handle)['argument_specs']  # ansible-core's safe loader (libyaml's where there is one)
-        _SPEC.update((name, spec.get('options') or {}) for name, spec in specs.items())
+        _load_specs()
     return _SPEC[entry_point]
+
+
+try:
+    _load_specs()
+except Exception:  # pylint: disable=broad-except
+    pass  # read again, and the error raised, where the spec is needed (not when a concern's action is imported)
 
 
 def role_arguments(templar, variables, entry_point='evaluate'):

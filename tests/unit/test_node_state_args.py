@@ -246,3 +246,29 @@ def test_the_role_argument_check_is_ansibles_own_on_gpu_nodes_spec():
     # a template is checked by its value, as Ansible's own check does
     templated = dict(variables, container_runtime_timeout=trust_as_template('{{ 30 + 30 }}'))
     assert _role_options.validate(templar(**templated), templated) == []
+
+
+def test_the_spec_is_read_once_per_process_and_each_hosts_values_are_checked_and_used():
+    from ansible.errors import AnsibleActionFail
+    # parsed when the action is imported (ansible-playbook's main process, before it forks the workers)
+    specs = load('roles/gpu_node/meta/argument_specs.yml')['argument_specs']
+    assert _role_options._SPEC == dict((name, spec['options']) for name, spec in specs.items())
+    # nothing about one host's values is kept for the next: in one process, each host's values are checked and
+    # make the options
+    first = dict(templar(**role_variables()).available_variables)
+    assert action(first).module_args({'role_vars': True}, first)['docker']['name'] == 'nvidia'
+    renamed = dict(templar(**role_variables(container_runtime_name='other')).available_variables)
+    assert action(renamed).module_args({'role_vars': True}, renamed)['docker']['name'] == 'other'
+    wrong = dict(templar(**role_variables(container_runtime_apply='sometimes')).available_variables)
+    with pytest.raises(AnsibleActionFail, match='(?s)Validation of arguments failed.*container_runtime_apply'):
+        action(wrong).module_args({'role_vars': True}, wrong)
+    assert action(first).module_args({'role_vars': True}, first) == built()
+
+
+def test_a_spec_that_could_not_be_read_at_import_is_read_when_needed(monkeypatch, tmp_path):
+    monkeypatch.setattr(_role_options, '_SPEC', {})
+    monkeypatch.setattr(_role_options, 'SPEC_FILE', str(tmp_path / 'argument_specs.yml'))
+    with pytest.raises(IOError):
+        _role_options.role_spec()
+    (tmp_path / 'argument_specs.yml').write_text('argument_specs:\n  evaluate:\n    options:\n      x: {type: int}\n')
+    assert _role_options.role_spec() == {'x': {'type': 'int'}}

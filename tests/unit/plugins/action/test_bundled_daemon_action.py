@@ -106,3 +106,24 @@ def test_a_concern_action_takes_the_roles_variables_and_keeps_async():
     plugin, sent = action(ContainerdAction, {'role_vars': True, 'path': '/x.toml'})
     with pytest.raises(AnsibleActionFail, match='do not also give path'):
         plugin.run(task_vars=variables)
+
+
+def test_the_daemon_is_read_and_compressed_once_per_process(monkeypatch):
+    # read when the action is imported (ansible-playbook's main process, before it forks the workers), not per host
+    with open(_bundled.BUNDLED, 'rb') as handle:
+        assert daemon_text(_bundled._SOURCE) == handle.read()
+    with mock.patch.object(_bundled, 'open', side_effect=AssertionError('read again'), create=True):
+        assert _bundled.bundled_source() is _bundled._SOURCE
+
+
+def test_a_daemon_that_could_not_be_read_is_read_again_and_fails_the_task(monkeypatch, tmp_path):
+    monkeypatch.setattr(_bundled, 'BUNDLED', str(tmp_path / 'missing'))
+    monkeypatch.setattr(_bundled, '_SOURCE', _bundled._read())  # as an import that could not read it leaves it
+    assert isinstance(_bundled._SOURCE, AnsibleActionFail)
+    with pytest.raises(AnsibleActionFail, match='cannot read the bundled daemon .*missing'):
+        _bundled.bundled_source()
+    (tmp_path / 'missing').write_bytes(b'#!/usr/bin/python3\n')
+    assert daemon_text(_bundled.bundled_source()) == b'#!/usr/bin/python3\n'
+    plugin, sent = action(PersistencedAction, {'daemon': 'bundled'})
+    plugin.run(task_vars={})
+    assert daemon_text(sent['module_args']['bundled_source']) == b'#!/usr/bin/python3\n'
