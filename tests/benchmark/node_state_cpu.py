@@ -11,8 +11,9 @@
 For each tree, ``playbooks/drift.yml`` runs once with Ansible's remote files kept (no pipelining), which leaves each
 host its node_state payload (the AnsiballZ file, options included) and writes the drift report; the two reports'
 verdicts (per host: converged, drifted, run, and per concern converged and what would change) must be equal. Then
-each host runs the two payloads in turn, ``--runs`` times each, and the host CPU of each run (user + system, the
-payload's process and its children, from ``getrusage`` on the host) is printed: median and spread per host.
+each host runs the two payloads and the ping module's (``tests/benchmark/floor.yml``'s, kept the same way) in turn,
+``--runs`` times each, and the host CPU of each run (user + system, the payload's process and its children, from
+``getrusage`` on the host) is printed: median and spread per host, and each tree's against the ping module's.
 Compare only numbers taken together: this machine's speed changes through the day.
 
 With ``--health`` the two payloads are this tree's, one made with ``gpu_node_gpu_health: false`` and one with the
@@ -60,6 +61,18 @@ def drift(tag, workdir, collections, extra=()):
         return json.load(handle)
 
 
+def keep_ping(workdir):
+    """Run the floor (tests/benchmark/floor.yml: ansible.builtin.ping with become) keeping its payload under
+    /root/.ansible/bench-ping on each host: the ping module's own cost on the host, measured in the same rounds."""
+    env = dict(os.environ, ANSIBLE_KEEP_REMOTE_FILES="1", ANSIBLE_PIPELINING="False",
+               ANSIBLE_REMOTE_TMP="/root/.ansible/bench-ping", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(fleet_bench.VENV_BIN, "ansible-playbook"), "-i", fleet_bench.INVENTORY,
+                           os.path.join(fleet_bench.HERE, "floor.yml")], cwd=workdir, env=env, capture_output=True,
+                          text=True, timeout=900)
+    if proc.returncode:
+        sys.exit("floor.yml failed:\n%s" % (proc.stdout[-3000:] + proc.stderr[-2000:]))
+
+
 def verdicts(report, without_health=False):
     """What drift.yml's report says of each host (its rows hold no timings); ``without_health``: its health aside."""
     return dict((row["host"], dict((key, value) for key, value in row.items()
@@ -100,6 +113,8 @@ def main():
         reports = dict((tag, drift(tag, workdir, collections))
                        for tag, collections in (("ref", ref_collections), ("head", head)))
 
+    keep_ping(workdir)
+
     def verdicts_of(tag):
         return verdicts(reports[tag], args.health)
     same = verdicts_of("ref") == verdicts_of("head")
@@ -111,29 +126,35 @@ def main():
     table, checked = [], []
     for name, host in sorted(hosts.items()):
         paths = fleet_bench.ssh(host["ip"], hostvars, "ls /root/.ansible/bench-ref/*/AnsiballZ_node_state.py "
-                                "/root/.ansible/bench-head/*/AnsiballZ_node_state.py").split()
+                                "/root/.ansible/bench-head/*/AnsiballZ_node_state.py "
+                                "/root/.ansible/bench-ping/*/AnsiballZ_ping.py").split()
         ref_path = [p for p in paths if "/bench-ref/" in p][0]
         head_path = [p for p in paths if "/bench-head/" in p][0]
+        ping_path = [p for p in paths if "/bench-ping/" in p][0]
         answers = [node_verdict(json.loads(fleet_bench.ssh(host["ip"], hostvars, "python3 %s" % path)), args.health)
                    for path in (ref_path, head_path)]
         same = same and answers[0] == answers[1]
         checked.append("  %s: %s %s" % (name, "identical" if answers[0] == answers[1] else "DIFFERENT",
                                         json.dumps(answers[1], sort_keys=True)))
-        order = [ref_path, head_path] * args.runs
+        order = [ref_path, head_path, ping_path] * args.runs
         out = fleet_bench.ssh(host["ip"], hostvars, "python3 - %s <<'EOF'\n%sEOF\n" % (" ".join(order), MEASURE))
         times = json.loads(out)
-        ref_times, head_times = times[0::2], times[1::2]
+        ref_times, head_times, ping_times = times[0::3], times[1::3], times[2::3]
         ref_median, head_median = statistics.median(ref_times), statistics.median(head_times)
-        table.append("| %s | %s | %.3f [%.3f-%.3f] | %.3f [%.3f-%.3f] | %.3f | %+.1f |" % (
-            name, host["kind"], ref_median, min(ref_times), max(ref_times), head_median, min(head_times),
-            max(head_times), head_median / ref_median, 1000 * (head_median - ref_median)))
+        ping_median = statistics.median(ping_times)
+        table.append("| %s | %s | %.3f [%.3f-%.3f] | %.3f [%.3f-%.3f] | %.3f | %+.1f | %.3f [%.3f-%.3f] | %.2f | %.2f |"
+                     % (name, host["kind"], ref_median, min(ref_times), max(ref_times), head_median, min(head_times),
+                        max(head_times), head_median / ref_median, 1000 * (head_median - ref_median), ping_median,
+                        min(ping_times), max(ping_times), ref_median / ping_median, head_median / ping_median))
     print("node_state's own verdicts, each host's payload of both trees run once:")
     print("\n".join(checked))
     print("host CPU of one node_state run, s (median [min-max] of %d runs each, in turn)" % args.runs)
-    print("| host | kind | %s | HEAD | ratio | HEAD - %s, ms |" % (label, label))
-    print("|---|---|---|---|---|---|")
+    print("| host | kind | %s | HEAD | ratio | HEAD - %s, ms | ping module | %s / ping | HEAD / ping |"
+          % (label, label, label))
+    print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
-    fleet_bench.on_all(hosts, hostvars, "rm -rf /root/.ansible/bench-ref /root/.ansible/bench-head")
+    fleet_bench.on_all(hosts, hostvars, "rm -rf /root/.ansible/bench-ref /root/.ansible/bench-head "
+                                        "/root/.ansible/bench-ping")
     return 0 if same else 1
 
 
