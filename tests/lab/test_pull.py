@@ -11,7 +11,7 @@ splay, commits required to carry a good signature of the site's key (made here w
 
 Then, with nothing but the timers and cron jobs running the nodes:
 - the first signed commit: each node's first run that started after the push applied it (outcome changed or ok),
-  its drift metrics and last-run time served by the node's own node_exporter;
+  its drift metrics, last-run time and GPU health verdict served by the node's own node_exporter;
 - a signed commit whose playbook does not parse: refused by every node, the reason logged, nothing changed (the
   node's docker configuration byte for byte, dockerd's pid);
 - an unsigned commit: refused by every node (git's signature check), nothing changed;
@@ -169,6 +169,9 @@ def test_pull_mode(fleet):
         assert len(samples) == 1 and samples[0] >= found["ended"] - 1e-3, (host, samples, found["ended"])
         rc, out = prom.check_metrics(ok(host, "cat %s/gpufleet_pull.prom" % TEXTFILE))
         assert rc == 0, out
+        # the run's GPU health verdict, by the health checks' own writer (gpu_health in site.yml), beside it
+        verdict = prom.series(text, "gpufleet_health_verdict")
+        assert verdict and sum(verdict.values()) == 1, (host, verdict)
     before = dict((host, fingerprint(host)) for host in HOSTS)
 
     # 2. A signed commit whose playbook does not parse: refused everywhere, nothing changed.
