@@ -44,7 +44,7 @@ KEYS_STAMP = 'gpufleet-keys.sha256'
 # What was installed into the virtual environment (the requirement and where from), in it.
 VENV_STAMP = 'gpufleet-pull.json'
 HEADER = '# Managed by gpufleet.nvidia.pull: a change here is replaced at its next run.\n'
-READER = 'gpufleet-pull, run as root by %s'
+READER = 'gpufleet-pull, which its timer or cron job runs as root'
 
 SPEC = dict(
     state=dict(type='str', default='present', choices=['present', 'absent']),
@@ -192,8 +192,8 @@ def keys_digest(keys):
 
 def install_text(path, text, mode, check_mode):
     """Write ``text`` at ``path`` (root's, ``mode``) unless it is there already: ``(changed, before text)``."""
-    real = program.resolve(path)
-    before = files.read_root_text(path, reader=READER % 'the scheduler')
+    real = program.resolve(path, READER)
+    before = files.read_root_text(path, reader=READER)
     if before is not None:
         st = os.lstat(real)
         if before == text and stat.S_IMODE(st.st_mode) == mode and st.st_uid == os.geteuid():
@@ -206,7 +206,7 @@ def install_text(path, text, mode, check_mode):
 
 def private_directory(path, check_mode):
     """Make ``path`` a directory of root's open to root alone (0700), never through a link; whether it changed."""
-    real = paths.resolve_path(path, reader=READER % 'its timer', file_directory=False)
+    real = paths.resolve_path(path, reader=READER, file_directory=False)
     try:
         st = os.lstat(real)
     except OSError as exc:
@@ -304,12 +304,9 @@ class Converge(object):
         return changed
 
     def remove(self, path, action):
-        real = program.resolve(path)
-        if not os.path.lexists(real):
+        before = files.read_root_text(path, reader=READER) if path != PROGRAM else None  # text for the diff
+        if not program.remove(path, check_mode=self.check, reader=READER):
             return False
-        before = files.read_root_text(path, reader=READER % 'the scheduler') if path != PROGRAM else None
-        if not self.check:
-            files.remove_root_file(path, reader=READER % 'the scheduler')
         self.changed(action, 'removed %s' % path, path if before is not None else None, before, '')
         return True
 
@@ -356,7 +353,7 @@ class Converge(object):
                             'pip_find_links (a wheelhouse the site serves) to install %s from'
                             % (venv, p['ansible_core']))
         if not self.check:
-            real = paths.resolve_path(venv, reader=READER % 'its timer', file_directory=False)
+            real = paths.resolve_path(venv, reader=READER, file_directory=False)
             if not os.path.isfile(os.path.join(real, 'bin', 'python')):
                 checked(self.run, [p['python'], '-m', 'venv', real], 'making the virtual environment %s' % venv)
             checked(self.run, pip_argv(p), 'installing %s into %s' % (p['ansible_core'], venv))
@@ -376,7 +373,8 @@ class Converge(object):
         state = p['state_directory']
         if private_directory(state, self.check):
             self.changed('state_directory', 'made %s root\'s alone (0700)' % state)
-        changed, before, after = program.install(PROGRAM, program.build(ENTRY), check_mode=self.check)
+        changed, before, after = program.install(PROGRAM, program.build(ENTRY), check_mode=self.check,
+                                                 reader=READER)
         if changed:
             self.changed('program', '%s %s (sha256 %s)' % ('replaced' if before else 'installed', PROGRAM, after[:12]))
         text = program.config_bytes(config(p, self.name)).decode('utf-8')
@@ -428,7 +426,7 @@ class Converge(object):
         self.remove_timer()
         self.remove(CRON, 'cron')
         state = p['state_directory']
-        real = paths.resolve_path(state, reader=READER % 'its timer', file_directory=False)
+        real = paths.resolve_path(state, reader=READER, file_directory=False)
         if os.path.lexists(real):
             if not self.check:
                 dfd = runner.open_state_directory(state)
@@ -442,7 +440,7 @@ class Converge(object):
         self.remove(PROGRAM, 'program')
         if os.path.lexists(p['venv']):
             if not self.check:
-                shutil.rmtree(paths.resolve_path(p['venv'], reader=READER % 'its timer', file_directory=False))
+                shutil.rmtree(paths.resolve_path(p['venv'], reader=READER, file_directory=False))
             self.changed('venv', 'removed the virtual environment %s' % p['venv'])
         if p['textfile_directory']:
             self.remove_metrics(p['textfile_directory'])

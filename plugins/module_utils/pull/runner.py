@@ -41,7 +41,6 @@ import re
 import select
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -82,8 +81,8 @@ class ConfigError(Exception):
 # --------------------------------------------------------------------------
 
 def read_config(path):
-    """The configuration at ``path`` (``slurm.program.read_config``: root's alone, never through a link), validated.
-    Raises ConfigError naming the file and the remedy."""
+    """The configuration at ``path`` (``host.config.read_program_config``: root's alone, never through a link),
+    validated. Raises ConfigError naming the file and the remedy."""
     return validate_config(path, program_config.read_program_config(
         path, READER, 'gpufleet.nvidia.pull (state: present)', ConfigError, CONFIG_LIMIT))
 
@@ -121,12 +120,12 @@ def open_state_directory(path):
     except OSError as exc:
         raise HostFileError('%s: cannot open the state directory (%s): converge the node with gpufleet.nvidia.pull, '
                             'which makes it' % (path, exc.strerror))
-    st = os.fstat(dfd)
-    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+    try:
+        # root's and open to root alone: nobody else can hold the run lock or change the run's state
+        audit._check_directory(path, real, os.fstat(dfd), STATE)
+    except BaseException:
         os.close(dfd)
-        raise HostFileError('%s: the state directory must be root\'s and open to root alone (it is uid %d, mode '
-                            '%04o): another user could hold the run lock or change the run\'s state; chmod 0700 it'
-                            % (path, st.st_uid, stat.S_IMODE(st.st_mode)))
+        raise
     return dfd
 
 

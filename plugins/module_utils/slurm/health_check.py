@@ -202,8 +202,8 @@ def summary(result):
 # --------------------------------------------------------------------------
 
 def read_config(path):
-    """The configuration at ``path`` (``slurm.program.read_config``), validated. Raises ConfigError naming the file
-    and the remedy."""
+    """The configuration at ``path`` (``host.config.read_program_config``), validated. Raises ConfigError naming the
+    file and the remedy."""
     return validate_config(path, program_config.read_program_config(
         path, READER, 'gpufleet.nvidia.slurm_node (health_check: true)', ConfigError, CONFIG_LIMIT))
 

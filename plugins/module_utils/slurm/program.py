@@ -213,8 +213,9 @@ def sha256(data):
 # Installing
 # --------------------------------------------------------------------------
 
-def resolve(path):
-    """Where ``path`` is written: not a link, in directories only root can change (``host.paths.resolve_path``)."""
+def resolve(path, reader=READER):
+    """Where ``path`` is written: not a link, in directories only root can change (``host.paths.resolve_path``);
+    ``reader``: who runs or reads it as root, for the messages."""
     if not os.path.isabs(path):
         raise HostFileError('%s: give an absolute path.' % path)
     try:
@@ -224,9 +225,9 @@ def resolve(path):
             raise HostFileError('%s: cannot inspect it: %s' % (path, exc.strerror))
         st = None
     if st is not None and stat.S_ISLNK(st.st_mode):
-        raise HostFileError('%s is a symbolic link: refusing to write through it a file that slurmd runs as root. '
-                            'Remove the link and run again.' % path)
-    return paths.resolve_path(path, reader=READER)
+        raise HostFileError('%s is a symbolic link: refusing to write through it a file for %s. '
+                            'Remove the link and run again.' % (path, reader))
+    return paths.resolve_path(path, reader=reader)
 
 
 def current(real, path):
@@ -254,8 +255,8 @@ def current(real, path):
     return digest.hexdigest(), st
 
 
-def _install(path, data, mode, check_mode, label):
-    real = resolve(path)
+def _install(path, data, mode, check_mode, label, reader):
+    real = resolve(path, reader)
     before, st = current(real, path)
     after = sha256(data)
     if before == after and stat.S_IMODE(st.st_mode) == mode and st.st_uid == os.geteuid():
@@ -266,28 +267,28 @@ def _install(path, data, mode, check_mode, label):
     return True, before, after
 
 
-def install(path, data, check_mode=False, label=None):
+def install(path, data, check_mode=False, label=None, reader=READER):
     """Install the program ``data`` at ``path`` (root's, mode 0755), unless it is there already with those bytes,
-    owner and mode. ``label(temp, path)``: see ``host.files.write_atomic``. Returns ``(changed, sha256 before (None:
-    no file), sha256 after)``; raises HostFileError naming ``path``."""
-    return _install(path, data, PROGRAM_MODE, check_mode, label)
+    owner and mode. ``label(temp, path)``: see ``host.files.write_atomic``; ``reader``: who runs it, for the messages.
+    Returns ``(changed, sha256 before (None: no file), sha256 after)``; raises HostFileError naming ``path``."""
+    return _install(path, data, PROGRAM_MODE, check_mode, label, reader)
 
 
 def config_bytes(config):
     return (json.dumps(config, sort_keys=True, indent=2) + '\n').encode('utf-8')
 
 
-def install_config(path, config, check_mode=False, label=None):
+def install_config(path, config, check_mode=False, label=None, reader=READER):
     """Install the program's configuration ``config`` (a dict, as JSON with sorted keys) at ``path``, root's, mode
     0600; as ``install``."""
-    return _install(path, config_bytes(config), CONFIG_MODE, check_mode, label)
+    return _install(path, config_bytes(config), CONFIG_MODE, check_mode, label, reader)
 
 
-def remove(path, check_mode=False):
+def remove(path, check_mode=False, reader=READER):
     """Remove the file ``path`` (never through a link); whether there was one."""
-    real = resolve(path)
+    real = resolve(path, reader)
     if not os.path.lexists(real):
         return False
     if not check_mode:
-        files.remove_root_file(real, reader=READER)
+        files.remove_root_file(real, reader=reader)
     return True

@@ -375,3 +375,13 @@ def test_pip_uses_the_site_s_index_or_wheelhouse_alone():
     assert argv[-1] == 'ansible-core>=2.18' and '--no-index' in argv
     argv = install.pip_argv(params(pip_index_url='https://pypi.example/simple'))
     assert '--no-index' not in argv and argv[argv.index('--index-url') + 1] == 'https://pypi.example/simple'
+
+
+def test_a_link_in_place_of_a_file_it_writes_is_refused_naming_gpufleet_pull(tmp_path):
+    os.chmod(str(tmp_path), 0o755)
+    link = str(tmp_path / 'gpufleet-pull')
+    os.symlink('/etc/passwd', link)
+    with pytest.raises(runner.HostFileError, match='symbolic link: refusing to write through it a file for '
+                                                   'gpufleet-pull, which its timer or cron job runs as root'):
+        install.install_text(link, 'x', 0o644, check_mode=False)
+    assert os.path.islink(link) and os.readlink(link) == '/etc/passwd'

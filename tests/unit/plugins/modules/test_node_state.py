@@ -270,12 +270,22 @@ def test_a_query_is_run_once_per_node_state_run_whichever_concern_asks():
     assert len(host.ran) == 5
 
 
+def run_probe(prefix, probe):
+    """Run ``probe`` (Python source, with ``P`` set to ``prefix``) in a fresh interpreter, as a host runs a module:
+    ``(its output, the JSON value of its last line)``."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, '-c', 'P = %r\n' % prefix + probe], check=False, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))).stdout
+    return out, json.loads(out.strip().splitlines()[-1])
+
+
 def test_a_concern_is_imported_when_it_is_evaluated_and_tomli_only_without_tomllib():
     """A host compiles every module it imports, on every run: node_state imports a concern's code when it evaluates
     that concern (no CRI-O code on a host without CRI-O), and on Python 3.11+ reads TOML with the standard library's
     tomllib rather than compiling the vendored copy. node_state's zip still carries every concern
     (test_module_payloads.py)."""
-    import subprocess
     import sys
     prefix = 'ansible_collections.gpufleet.nvidia.plugins.module_utils.'
     probe = ('import json, sys\n'
@@ -286,11 +296,8 @@ def test_a_concern_is_imported_when_it_is_evaluated_and_tomli_only_without_tomll
              'first = seen()\n'
              'docker = registry.CONCERNS["docker"]\n'
              'print(json.dumps([first, seen(), docker.module, registry.DOCKER is docker, len(registry.CONCERNS)]))\n')
-    out = subprocess.run([sys.executable, '-c', 'P = %r\n' % prefix + probe], check=False, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, universal_newlines=True,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    first, after, module, same, count = json.loads(out.stdout)
-    assert first == [], out.stdout  # concerns.node_state and concerns.registry alone: no concern's code yet
+    out, (first, after, module, same, count) = run_probe(prefix, probe)
+    assert first == [], out  # concerns.node_state and concerns.registry alone: no concern's code yet
     assert 'concerns.docker' in after and 'docker.apply' in after and module == 'docker_runtime' and same and count == 10
     assert not [name for name in after if name.startswith(('concerns.crio', 'crio.'))]
     assert ('formats._tomli' in after) is (sys.version_info < (3, 11))
@@ -305,8 +312,6 @@ def test_the_check_path_compiles_no_apply_only_code():
     """A host compiles every module node_state imports on every run (zipimport keeps no bytecode): its check path,
     every concern evaluated in check mode, imports none of the code that only writes, restarts, rolls back or audits
     (APPLY_ONLY). Each concern module still carries that code (test_module_payloads.py), and a change imports it."""
-    import subprocess
-    import sys
     prefix = 'ansible_collections.gpufleet.nvidia.plugins.module_utils.'
     probe = ('import json, sys\n'
              'from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state, registry\n'
@@ -322,15 +327,15 @@ def test_the_check_path_compiles_no_apply_only_code():
              'options["engines"] = list(registry.ENGINES)\n'
              'result = node_state.evaluate(Host(), options)[0]\n'
              'print(json.dumps([result["evaluated"], sorted(m[len(P):] for m in sys.modules if m.startswith(P))]))\n')
-    out = subprocess.run([sys.executable, '-c', 'P = %r\n' % prefix + probe], check=False, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, universal_newlines=True,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    evaluated, imported = json.loads(out.stdout.strip().splitlines()[-1])
-    assert evaluated == list(registry.ORDER), out.stdout
+    out, (evaluated, imported) = run_probe(prefix, probe)
+    assert evaluated == list(registry.ORDER), out
     # every concern's own code, and what it uses to decide, was imported: the probe reached the concerns
     assert {'concerns.' + name for name in registry.ORDER} <= set(imported)
     assert {'docker.apply', 'containerd.apply', 'crio.apply', 'persistenced.deploy', 'host.files'} <= set(imported)
     assert sorted(set(APPLY_ONLY) & set(imported)) == []
+    # the probe's host is no Slurm node (no Slurm client answers): the health check program's builder and rules,
+    # which only a Slurm node needs, are not compiled either
+    assert 'concerns.slurm_node' in imported and [name for name in imported if name.startswith('slurm.')] == []
     # and each is a module of the collection, so that the check above names something real
     import importlib
     for name in APPLY_ONLY:
