@@ -49,16 +49,18 @@ WATCH_DEPTH = 2
 def private_lock_dir(tmp_path_factory):
     """``host.locks.LOCK_DIR`` (/run/gpufleet-locks) for a test session: a private 0700 directory, for every module run
     in-process or as a child process; the machine's /run is never touched. A conftest imports it to use it. So is
-    node_state's memo (``host.memo.MEMO_DIR``, /run/gpufleet-memo), in a directory beside it."""
+    node_state's memo (``host.memo.MEMO_DIR``, /run/gpufleet-memo) and the modules' kept bytecode
+    (``common.compile_once.BYTECODE_DIR``, /run/gpufleet-bytecode), in directories beside it."""
     path = str(tmp_path_factory.mktemp('gpufleet-locks'))
     os.chmod(path, 0o700)
     memo = str(tmp_path_factory.mktemp('gpufleet-memo'))
     os.chmod(memo, 0o700)
     os.environ['GPUFLEET_LOCK_DIR'] = path
     os.environ['GPUFLEET_MEMO_DIR'] = os.path.join(memo, 'memo')
+    os.environ['GPUFLEET_BYTECODE_DIR'] = os.path.join(memo, 'bytecode')
     yield path
-    os.environ.pop('GPUFLEET_LOCK_DIR', None)
-    os.environ.pop('GPUFLEET_MEMO_DIR', None)
+    for name in ('GPUFLEET_LOCK_DIR', 'GPUFLEET_MEMO_DIR', 'GPUFLEET_BYTECODE_DIR'):
+        os.environ.pop(name, None)
 
 
 @pytest.fixture(scope='session', autouse=True)

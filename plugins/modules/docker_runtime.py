@@ -351,7 +351,10 @@ def main():
     with compiled_once():
         from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.docker import CONCERN
     module = AnsibleModule(**CONCERN.module_args())
-    module.exit_json(**CONCERN.execute(module))
+    # what it runs imports the rest (its check, and what makes a change), kept compiled as well
+    with compiled_once():
+        result = CONCERN.execute(module)
+    module.exit_json(**result)
 
 
 if __name__ == '__main__':

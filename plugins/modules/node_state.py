@@ -36,6 +36,12 @@ description:
   - The memo is JSON data, never executed, in a directory only root can open (mode 0700, opened without following
     links, owner and mode checked; anything else is not used); a memo that cannot be read or written is ignored and
     the programs are asked.
+  - Run as root, it (like every module of the collection) keeps the code it compiled from Ansible's module zip in
+    C(/run/gpufleet-bytecode) (C(/var/run/gpufleet-bytecode) without C(/run)), one file per source file named by the
+    SHA-256 of the interpreter, the file's path in the zip and its bytes; a later run loads what it would compile again
+    (about 60 ms of CPU less on a converged host). The directory and each file are used only when root's and closed
+    to other users, never through a link; a run in check mode only reads it; it is emptied at each boot and once it
+    holds 4096 files.
 author:
   - gpufleet.nvidia maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -258,13 +264,14 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.compile_once import compiled_once
-from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines.names import ENGINES
 
 
 def main():
-    # Our code, compiled once (module_utils/common/compile_once.py: zipimport compiles each file twice).
+    # Our code, compiled once, and kept compiled between root's runs (module_utils/common/compile_once.py: zipimport
+    # compiles each file twice, and keeps nothing).
     with compiled_once():
         from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
+        from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines.names import ENGINES
     module = AnsibleModule(
         argument_spec=dict(
             # each concern's options, by its name (concerns/registry.py, written from the concerns' declarations)

@@ -57,7 +57,9 @@ def private_memo_root(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def private_memo_dir(private_memo_root, monkeypatch):
     """``host.memo.MEMO_DIR`` (/run/gpufleet-memo) for this test: a directory of its own (not created: node_state
-    creates it when it keeps an answer), for every module run in-process or as a child process."""
+    creates it when it keeps an answer), for every module run in-process or as a child process; and so for the
+    modules' kept bytecode (``common.compile_once.BYTECODE_DIR``, /run/gpufleet-bytecode), beside it."""
     path = os.path.join(private_memo_root, str(next(_MEMOS)))
     monkeypatch.setenv('GPUFLEET_MEMO_DIR', path)
+    monkeypatch.setenv('GPUFLEET_BYTECODE_DIR', path + '-bytecode')
     return path
