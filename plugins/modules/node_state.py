@@ -57,6 +57,7 @@ attributes:
     details:
       - Returns, as its diff, every diff the concern modules return in check mode (the files and modes that would
         change).
+      - With O(role_vars=true), only where nothing runs after it (see O(role_vars)).
   idempotent:
     support: full
   action:
@@ -132,12 +133,20 @@ options:
         (C(gpu_node_device_links), C(gpu_node_persistenced), ...). This is how the C(gpufleet.nvidia.gpu_node) role
         calls the module; the roles' defaults must be in scope (gpu_node imports them).
       - With V(true), the concern options (O(device_links) ... O(docker)) and O(engines) must not be given.
+      - With V(true), the action also decides the module's diff mode as C(gpu_node) needs it, in C(--diff) mode
+        (C(ansible_diff_mode)) only where nothing runs after this task (not in C(gpu_node)'s C(main) entry point unless
+        C(gpu_node_drift_only)), where each drifted concern's module shows its own diff when it runs; the task's own
+        C(diff) keyword does not change that.
       - Handled by the action plugin; the module never sees it.
     type: bool
     default: false
   publish_result:
     description:
-      - Internal to the C(gpufleet.nvidia.gpu_node) role's C(main) entry point, with O(role_vars=true) only.
+      - For the C(gpufleet.nvidia.gpu_node) role's C(main) entry point, with O(role_vars=true) only.
+      - Where the task does not give it, with O(role_vars=true), the action decides it from the task's variables,
+        V(true) in C(gpu_node)'s C(main) entry point (whose C(tasks/main.yml) sets C(__gpu_node_main) on its import of
+        C(tasks/evaluate.yml)), else V(false). (A keyword templated in the task would cost a template compiled in
+        every host's worker.)
       - Where nothing is to run after this task (RV(run) empty, or C(gpu_node_drift_only)), set the role's public
         result C(gpu_node_result) as a host variable, at the precedence of M(ansible.builtin.set_fact), so that the
         role needs no task of its own for it. Its value is the role's own expression, C(gpu_node_state |
@@ -146,7 +155,6 @@ options:
       - With V(true) the task must register C(gpu_node_state) and cannot run with C(async).
       - Handled by the action plugin; the module never sees it.
     type: bool
-    default: false
   bundled_source:
     description:
       - Internal, set by the action plugin (the collection's copy of the bundled daemon); do not set it.
@@ -278,7 +286,7 @@ def main():
             [(name, dict(type='dict')) for name in concerns_node_state.registry.ORDER],
             engines=dict(type='list', elements='str', default=[], choices=['auto'] + list(ENGINES)),
             role_vars=dict(type='bool', default=False),
-            publish_result=dict(type='bool', default=False),
+            publish_result=dict(type='bool'),
             bundled_source=dict(type='str', no_log=True),
         ),
         supports_check_mode=True,

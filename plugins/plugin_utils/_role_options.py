@@ -18,6 +18,11 @@ own default then applies), except where its row says:
 - ``TRUTHY``: left out when the variable is empty, false or null;
 - ``(WITHOUT, other)``: left out when the variable ``other`` is set (not empty): ``gpu_persistence_modes``
   replaces ``gpu_persistence_gpus`` and ``gpu_persistence_mode``.
+
+Each role variable is templated by Ansible's templar, but for one that is exactly a reference to another variable
+holding a plain value (``bare_reference``: ``"{{ name }}"``, or ``"{{ gpu_node_disruption | default('defer') }}"`` as
+the roles' defaults refer to gpu_node's): that value is taken as templating gives it, without a template compiled for
+it in every host's worker (ansible-core 2.19 and later compile every template anew).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,12 +30,24 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.yaml import yaml_load
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.nvidia.plugins.plugin_utils._role_table import DECLARED
+
+try:  # ansible-core 2.19 and later (data tagging): a template is a string trusted as one; what templating tags
+    from ansible.template import is_trusted_as_template
+    from ansible.module_utils._internal._datatag import AnsibleTagHelper
+    from ansible._internal._datatag._tags import Origin, TrustedAsTemplate
+    # The tags a plain value may have: others (Deprecated: templating warns where it is read; a vault's) leave it to
+    # the templar.
+    PLAIN_TAGS = frozenset((Origin, TrustedAsTemplate))
+except ImportError:  # ansible-core 2.18 (every string a template, and native types from literal_eval): the templar
+    is_trusted_as_template = AnsibleTagHelper = Origin = None
+    PLAIN_TAGS = frozenset()
 
 SET, TRUTHY, WITHOUT = 'set', 'truthy', 'without'
 
@@ -47,6 +64,65 @@ OFF_WHEN = dict((concern['name'], tuple(concern['off_when'])) for concern in DEC
 
 # What ``resolve`` gives for a variable set to ``omit``: the option is left out, as a task's template would.
 OMITTED = object()
+
+# What ``bare_reference`` gives for a value it leaves to the templar.
+TEMPLATE = object()
+# ``{{ name }}``, or ``{{ name | default('text') }}`` (the roles' own defaults refer to gpu_node's so: the text, a
+# constant, is not used where the variable is defined, and an undefined one is left to the templar), all of the
+# string (no trailing newline: templating keeps it).
+BARE = re.compile(r"""\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\|\s*default\s*\(\s*(?:'[^'\\{}#]*'|"[^"\\{}#]*")\s*\)\s*)?\}\}\Z""")
+# Names in that place that are no variable of the task's (Jinja's constants and words, and its special names) or
+# whose value is no plain value (omit): left to the templar whatever the variables hold.
+NOT_VARIABLES = frozenset(('true', 'false', 'none', 'True', 'False', 'None', 'and', 'or', 'not', 'in', 'is', 'if',
+                           'else', 'omit', 'self', 'loop', 'super', 'caller', 'varargs', 'kwargs', 'namespace'))
+
+
+def _builtin_default():
+    """Whether the filter a template's ``default`` is is Ansible's own (a playbook's or role's filter plugins may
+    replace it), which passes a defined value through."""
+    try:
+        from ansible.plugins.loader import filter_loader
+        return filter_loader.get('default').ansible_name == 'ansible.builtin.default'
+    except Exception:  # pylint: disable=broad-except
+        return False
+
+
+def bare_reference(templar, value):
+    """What ``templar`` gives for ``value`` where that is computed without it (no template compiled), else ``TEMPLATE``:
+    ``value`` a string trusted as a template (ansible-core 2.19 and later), tagged with nothing else but its origin,
+    that is exactly ``{{ name }}`` or ``{{ name | default('text') }}`` (Ansible's own ``default``), ``name`` a variable
+    of the templar's holding a plain value: None, a boolean, an integer, a float or a string with no template in it
+    (none of Jinja's delimiters, nor its override header), tagged with nothing but its origin and trust.
+
+    That value is what templating gives: native templating passes a variable's value through as it is (an integer
+    stays an integer, a string is not parsed), as ``default`` passes a defined one, and, where the value has no origin
+    of its own, tags it with the template's origin (which None and booleans cannot carry)."""
+    if is_trusted_as_template is None or not isinstance(value, str) or not is_trusted_as_template(value) or not (
+            AnsibleTagHelper.tag_types(value) <= PLAIN_TAGS):
+        return TEMPLATE
+    match = BARE.match(value)
+    if not match or match.group(1) in NOT_VARIABLES or match.group(2) and not _builtin_default():
+        return TEMPLATE
+    variables = templar.available_variables  # where the template's name would be looked up
+    if match.group(1) not in variables:
+        return TEMPLATE
+    target = variables[match.group(1)]
+    if target is None or type(target) is bool:  # pylint: disable=unidiomatic-typecheck
+        return target
+    kind = AnsibleTagHelper.base_type(target)
+    if kind not in (str, int, float) or kind is str and ('{' in target or target.startswith('#jinja2:')):
+        return TEMPLATE
+    tags = AnsibleTagHelper.tag_types(target)
+    if not tags <= PLAIN_TAGS:
+        return TEMPLATE
+    origin = None if Origin in tags else Origin.get_tag(value)
+    return origin.tag(target) if origin is not None else target
+
+
+def template_value(templar, value):
+    """``value`` templated by ``templar`` (``bare_reference``'s where it has it)."""
+    found = bare_reference(templar, value)
+    return templar.template(value) if found is TEMPLATE else found
 
 
 class MissingVariable(KeyError):
@@ -70,7 +146,8 @@ def resolver(templar, variables, templated=None):
             if name not in variables:
                 raise MissingVariable(name)
             try:
-                value = templated[name] if templated and name in templated else templar.template(variables[name])
+                value = (templated[name] if templated and name in templated
+                         else template_value(templar, variables[name]))
             except Exception as exc:  # pylint: disable=broad-except
                 if not _omitted(exc):
                     raise
@@ -169,8 +246,15 @@ except Exception:  # pylint: disable=broad-except
 
 
 def role_arguments(templar, variables, entry_point='evaluate'):
-    """gpu_node's arguments among ``variables``, templated (as Ansible's argument check takes them)."""
-    return templar.template(dict((name, variables[name]) for name in role_spec(entry_point) if name in variables))
+    """gpu_node's arguments among ``variables``, templated (as Ansible's argument check takes them): in one call of the
+    templar, but for those ``bare_reference`` gives (a default that is another variable's value, such as an
+    inventory's ``"{{ site_toolkit_version }}"``)."""
+    names = [name for name in role_spec(entry_point) if name in variables]
+    found = dict((name, bare_reference(templar, variables[name])) for name in names)
+    templated = templar.template(dict((name, variables[name]) for name in names if found[name] is TEMPLATE))
+    # in the spec's order, as before; an argument whose value is omit is left out, as templating leaves it out
+    return dict((name, templated[name] if found[name] is TEMPLATE else found[name]) for name in names
+                if found[name] is not TEMPLATE or name in templated)
 
 
 def validate(templar, variables, entry_point='evaluate', given=None):

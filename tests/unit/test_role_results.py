@@ -215,19 +215,6 @@ def test_what_a_converged_node_publishes_is_the_result_of_nothing_run(concerns, 
     assert expected['state'] == state
 
 
-@pytest.mark.parametrize('diff_mode, drift_only, in_main, shown', [
-    (False, False, True, False), (False, True, True, False), (True, False, True, False), (True, True, True, True),
-    # The evaluate entry point alone: nothing runs after node_state.
-    (False, False, False, False), (True, False, False, True)])
-def test_node_state_shows_diffs_only_where_no_module_runs_after_it(diff_mode, drift_only, in_main, shown):
-    [task] = [task for task in tasks('gpu_node', 'evaluate.yml') if 'gpufleet.nvidia.node_state' in task]
-    variables = dict(role_vars('gpu_node'), ansible_diff_mode=diff_mode, gpu_node_drift_only=drift_only)
-    if in_main:
-        [step] = [step for step in tasks('gpu_node') if step.get('ansible.builtin.import_tasks') == 'evaluate.yml']
-        variables.update(step['vars'])
-    assert templar(**variables).template(trust_as_template(task['diff'])) is shown
-
-
 def test_evaluate_registers_node_state_alone_and_main_imports_it_first():
     # The evaluate entry point: the inner roles' defaults (no tasks), then node_state, registered as the
     # documented gpu_node_state; nothing is published. main runs it first, unless every module is to run.
