@@ -17,7 +17,8 @@ it already compiled for the same file name and the same source bytes (code
 objects are immutable, so sharing one is safe). Outside it, or on a Python
 whose zipimport has no such step, nothing changes.
 
-Where the run is root's, the code compiled is also kept between runs, in a
+Where the run is root's, the code compiled is also kept between runs (a module's, and the programs built from
+the collection's code that root runs outside Ansible: ``program_store``), in a
 directory only root can open (``BYTECODE_DIR``, 0700, in /run: emptied at
 every boot), one file per source file, named by the SHA-256 of what its code
 depends on: the interpreter (its version, bytecode magic and cache tag), the
@@ -84,9 +85,8 @@ def _interpreter():
 def _check_mode():
     """Whether this module run is in check mode (Ansible's arguments, as AnsibleModule will read them): True where
     that cannot be told, so that an unknown run only reads."""
-    try:
-        from ansible.module_utils import basic
-        params = json.loads(basic._ANSIBLE_ARGS)['ANSIBLE_MODULE_ARGS']
+    try:  # Ansible's wrapper has imported it (and set its arguments) before the module runs
+        params = json.loads(sys.modules['ansible.module_utils.basic']._ANSIBLE_ARGS)['ANSIBLE_MODULE_ARGS']
         return params.get('_ansible_check_mode', False) is not False
     except Exception:  # pylint: disable=broad-except  # not run by Ansible, or arguments it cannot read
         return True
@@ -211,6 +211,12 @@ class Store:
 
 def _store():
     return Store(os.environ.get(BYTECODE_DIR_VARIABLE) or BYTECODE_DIR, writable=not _check_mode())
+
+
+def program_store():
+    """The store for a program of the collection's that root runs outside Ansible (the Slurm health check, the pull
+    runner: ``slurm.program.build``), never in check mode: read and written."""
+    return Store(os.environ.get(BYTECODE_DIR_VARIABLE) or BYTECODE_DIR, writable=True)
 
 
 def key(pathname, source, interpreter):

@@ -57,13 +57,19 @@ STAMP = (1980, 1, 1, 0, 0, 0)
 PROGRAM_MODE = 0o755
 CONFIG_MODE = 0o600
 READER = 'slurmd, as root'
+# The program's code, as a module's, compiled once per run and kept compiled between root's runs (zipimport compiles
+# each file twice and keeps nothing): common.compile_once, which every program carries.
+COMPILE_ONCE = 'ansible_collections.gpufleet.nvidia.plugins.module_utils.common.compile_once'
 MAIN = '''# -*- coding: utf-8 -*-
 """The program: %(entry)s.main(), whose return value is the exit status (made by slurm.program.build)."""
 import sys
 
-import %(entry)s as entry
+from %(compile_once)s import compiled_once, program_store
 
-sys.exit(entry.main())
+with compiled_once(program_store()):
+    import %(entry)s as entry
+    status = entry.main()
+sys.exit(status)
 '''
 
 # ``from X import a, b`` (parenthesised over lines, or continued with a backslash) and ``import X.Y as Z, W``.
@@ -157,7 +163,7 @@ def source_of(name):
 def modules(entry=ENTRY):
     """``{name: (source bytes, is_package)}``: the entry and every module of ours its imports reach, with their packages."""
     found = {}
-    pending = [entry]
+    pending = [entry, COMPILE_ONCE]
     while pending:
         name = pending.pop()
         if name in found or not (ours(name) or name == entry):
@@ -184,7 +190,7 @@ def archive_files(found, entry=ENTRY):
         parts = name.split('.')
         for end in range(1, len(parts)):
             entries.setdefault('/'.join(parts[:end]) + '/__init__.py', b'')
-    entries['__main__.py'] = (MAIN % {'entry': entry}).encode('utf-8')
+    entries['__main__.py'] = (MAIN % {'entry': entry, 'compile_once': COMPILE_ONCE}).encode('utf-8')
     return entries
 
 

@@ -500,3 +500,19 @@ def test_remove_says_whether_there_was_a_file(tmp_path):
     assert program.remove(path, check_mode=True) is True and os.path.exists(path)
     assert program.remove(path) is True and not os.path.exists(path)
     assert program.remove(path) is False
+
+
+def test_the_program_keeps_its_code_compiled_for_its_next_run(built, slurm, private_memo_dir):
+    # root's program (slurmd runs it as root), as a module: its code kept in the bytecode directory
+    # (common.compile_once; the test's own directory), loaded by the next run instead of compiled again
+    kept = os.environ['GPUFLEET_BYTECODE_DIR']
+    assert kept == private_memo_dir + '-bytecode' and not os.path.exists(kept)
+    slurm.node('IDLE')
+    first = run_program(built[1], '--config', slurm.configure())
+    assert first[0] == 0
+    entries = dict((name, os.stat(os.path.join(kept, name)).st_ino) for name in os.listdir(kept))
+    with zipfile.ZipFile(io.BytesIO(built[0])) as archive:
+        sources = [name for name in archive.namelist() if name.endswith('.py') and name != '__main__.py']
+    assert len(sources) // 2 < len(entries) <= len(sources)  # what the run imported, each once
+    assert run_program(built[1], '--config', slurm.configure()) == first
+    assert dict((name, os.stat(os.path.join(kept, name)).st_ino) for name in os.listdir(kept)) == entries
