@@ -101,7 +101,10 @@ def venv(version):
     path = os.path.join(CACHE, version)
     stamp = os.path.join(path, '.gpufleet-pins')
     digest = hashlib.sha256('\n'.join(wanted).encode()).hexdigest()
-    if not os.path.exists(os.path.join(path, 'bin', 'python')) or _read(stamp) != digest:
+    # a venv moved here with a copied .cache keeps its scripts' first line (#!<where it was made>/bin/python): remade
+    made_here = (_read(os.path.join(path, 'bin', 'ansible-playbook')) or '').split('\n', 1)[0] == (
+        '#!' + os.path.join(path, 'bin', 'python'))
+    if not os.path.exists(os.path.join(path, 'bin', 'python')) or _read(stamp) != digest or not made_here:
         log('making the venv of ansible-core %s (%s)' % (version, ' '.join(wanted[1:])))
         shutil.rmtree(path, ignore_errors=True)
         subprocess.run([python312(), '-m', 'venv', path], check=True)
