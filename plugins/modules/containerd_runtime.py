@@ -373,12 +373,12 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.compile_onc
 
 
 def main():
-    # This concern's code alone (module_utils/concerns/containerd.py), compiled once (zipimport compiles each file twice).
+    # This concern's code alone (module_utils/concerns/containerd.py), and what it imports as it runs (its check, what
+    # makes a change): each file compiled once, and kept compiled between root's runs
+    # (module_utils/common/compile_once.py).
     with compiled_once():
         from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns.containerd import CONCERN
-    module = AnsibleModule(**CONCERN.module_args())
-    # what it runs imports the rest (its check, and what makes a change), kept compiled as well
-    with compiled_once():
+        module = AnsibleModule(**CONCERN.module_args())
         result = CONCERN.execute(module)
     module.exit_json(**result)
 

@@ -275,24 +275,23 @@ from ansible_collections.gpufleet.nvidia.plugins.module_utils.common.compile_onc
 
 
 def main():
-    # Our code, compiled once, and kept compiled between root's runs (module_utils/common/compile_once.py: zipimport
-    # compiles each file twice, and keeps nothing).
+    # Our code, and each concern's, imported when it is evaluated (concerns.registry.CONCERNS): each file compiled once,
+    # and kept compiled between root's runs (module_utils/common/compile_once.py: zipimport compiles each file twice,
+    # and keeps nothing).
     with compiled_once():
         from ansible_collections.gpufleet.nvidia.plugins.module_utils.concerns import node_state as concerns_node_state
         from ansible_collections.gpufleet.nvidia.plugins.module_utils.engines.names import ENGINES
-    module = AnsibleModule(
-        argument_spec=dict(
-            # each concern's options, by its name (concerns/registry.py, written from the concerns' declarations)
-            [(name, dict(type='dict')) for name in concerns_node_state.registry.ORDER],
-            engines=dict(type='list', elements='str', default=[], choices=['auto'] + list(ENGINES)),
-            role_vars=dict(type='bool', default=False),
-            publish_result=dict(type='bool'),
-            bundled_source=dict(type='str', no_log=True),
-        ),
-        supports_check_mode=True,
-    )
-    # Each concern's code is imported when it is evaluated (concerns.registry.CONCERNS): compiled once as well.
-    with compiled_once():
+        module = AnsibleModule(
+            argument_spec=dict(
+                # each concern's options, by its name (concerns/registry.py, written from the concerns' declarations)
+                [(name, dict(type='dict')) for name in concerns_node_state.registry.ORDER],
+                engines=dict(type='list', elements='str', default=[], choices=['auto'] + list(ENGINES)),
+                role_vars=dict(type='bool', default=False),
+                publish_result=dict(type='bool'),
+                bundled_source=dict(type='str', no_log=True),
+            ),
+            supports_check_mode=True,
+        )
         result, warnings, diffs = concerns_node_state.evaluate(module, module.params, diff=module._diff)
     for warning in warnings:
         module.warn(warning)
