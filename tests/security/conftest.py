@@ -146,6 +146,34 @@ except OSError as exc:
 print(json.dumps(found))
 '''
 
+# As the attacker, until argv[2]: every way into root's own directory argv[1], again and again: list it, read and
+# append to each file named ``read:NAME`` after it, create each file named ``plant:NAME`` in it, rename the
+# directory, put a link beside it; prints how many tries there were and how many got through (node_state's memo,
+# the modules' kept bytecode).
+DIRECTORY_PRY = r'''
+import json, os, sys, time
+directory, deadline = sys.argv[1], float(sys.argv[2])
+named = [item.split(':', 1) for item in sys.argv[3:]]
+attempts = [lambda: os.listdir(directory)]
+for kind, name in named:
+    path = os.path.join(directory, name)
+    if kind == 'read':
+        attempts += [lambda path=path: open(path, 'rb').read(), lambda path=path: open(path, 'ab').write(b'planted')]
+    else:
+        attempts.append(lambda path=path: open(path, 'wb').write(b'planted'))
+attempts += [lambda: os.rename(directory, directory + '.gone'), lambda: os.symlink('/tmp', directory + '.next')]
+tries = through = 0
+while time.time() < deadline:
+    for attempt in attempts:
+        tries += 1
+        try:
+            attempt()
+            through += 1
+        except OSError:
+            pass
+print(json.dumps({'tries': tries, 'through': through}))
+'''
+
 # As the attacker, until argv[2]: the directory argv[1] becomes a link to the vault argv[3] and back again.
 DIRECTORY_SWAP = r'''
 import os, sys, time

@@ -6,8 +6,8 @@ until a deadline.
 
 Root keeps and loads compiled code again and again while the stranger attacks it:
 
-1. in a parent only root can write (as /run): the stranger tries to list the directory, read a file, plant code, and
-   put something at the directory's name; every try is refused by the kernel, and every load of root's gives back
+1. in a parent only root can write (as /run): the stranger tries to list the directory, read a file and append to it,
+   plant a file, and put something at the directory's name (``conftest.DIRECTORY_PRY``); every try is refused by the kernel, and every load of root's gives back
    the code root kept;
 2. in a parent anyone can write (sticky, as /tmp): the stranger takes the directory's name first, by turns a
    directory of its own (open to all, with code planted under the right name) and a link to one; root never keeps
@@ -25,33 +25,13 @@ import subprocess
 import time
 
 import fakehost
+from conftest import DIRECTORY_PRY
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.common import compile_once
 
 RACE = min(float(os.environ.get("GPUFLEET_SECURITY_SECONDS", "4")), 2.0)
 KEY = compile_once.key('/tmp/ansible_x/ansible_node_state_payload.zip/pkg/mod.py', b'VALUE = 1\n',
                        compile_once._interpreter())
 NAME = KEY + compile_once.SUFFIX
-
-# Runs as the stranger until argv[3]: every way into root's directory argv[1]; counts what got through.
-PRY = r'''
-import json, os, sys, time
-kept, name, deadline = sys.argv[1], sys.argv[2], float(sys.argv[3])
-tries = through = 0
-while time.time() < deadline:
-    for attempt in (lambda: os.listdir(kept),
-                    lambda: open(os.path.join(kept, name), 'rb').read(),
-                    lambda: open(os.path.join(kept, name), 'wb').write(b'planted'),
-                    lambda: open(os.path.join(kept, '.' + name + '.1.tmp'), 'wb').write(b'planted'),
-                    lambda: os.rename(kept, kept + '.gone'),
-                    lambda: os.symlink('/tmp', kept + '.next')):
-        tries += 1
-        try:
-            attempt()
-            through += 1
-        except OSError:
-            pass
-print(json.dumps({'tries': tries, 'through': through}))
-'''
 
 # Runs as the stranger until argv[4]: take the name argv[1] first, by turns as a directory of its own open to
 # everyone holding code under root's entry name argv[3], and as a link to its directory argv[2].
@@ -98,8 +78,8 @@ def test_a_stranger_gets_nothing_into_or_out_of_roots_bytecode(sandbox, stranger
     kept = os.path.join(parent, 'gpufleet-bytecode')
     assert compile_once.Store(kept, writable=True).keep(KEY, compile('VALUE = 0\n', 'mod.py', 'exec'))
     deadline = time.time() + RACE
-    attacker = stranger.popen([fakehost.SYSTEM_PYTHON, '-c', PRY, kept, NAME, str(deadline)], stdout=subprocess.PIPE,
-                              universal_newlines=True)
+    attacker = stranger.popen([fakehost.SYSTEM_PYTHON, '-c', DIRECTORY_PRY, kept, str(deadline), 'read:' + NAME,
+                               'plant:.%s.1.tmp' % KEY], stdout=subprocess.PIPE, universal_newlines=True)
     rounds = 0
     while time.time() < deadline:
         rounds += 1

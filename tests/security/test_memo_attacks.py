@@ -5,9 +5,9 @@
 
 Root keeps and reads its memo again and again while the stranger attacks it:
 
-1. in a parent only root can write (as /run): the stranger tries to list the memo directory, read its files, add a
-   file, and put something at the memo's name; every try is refused by the kernel, and every read of root's gives
-   back what root kept;
+1. in a parent only root can write (as /run): the stranger tries to list the memo directory, read and append to
+   its files, add a file, and put something at the memo's name (``conftest.DIRECTORY_PRY``); every try is refused
+   by the kernel, and every read of root's gives back what root kept;
 2. in a parent anyone can write (sticky, as /tmp): the stranger takes the memo's name first, by turns a directory of
    its own (open to all) and a link to one; root never keeps anything there nor reads anything from there.
 """
@@ -22,30 +22,10 @@ import subprocess
 import time
 
 import fakehost
+from conftest import DIRECTORY_PRY
 from ansible_collections.gpufleet.nvidia.plugins.module_utils.host import memo as host_memo
 
 RACE = min(float(os.environ.get("GPUFLEET_SECURITY_SECONDS", "4")), 2.0)
-
-# Runs as the stranger until argv[2]: every way into root's memo directory argv[1]; counts what got through.
-PRY = r'''
-import json, os, sys, time
-memo, deadline = sys.argv[1], float(sys.argv[2])
-tries = through = 0
-while time.time() < deadline:
-    for attempt in (lambda: os.listdir(memo),
-                    lambda: open(os.path.join(memo, 'containerd-x.json')).read(),
-                    lambda: open(os.path.join(memo, 'systemd-units.json')).read(),
-                    lambda: open(os.path.join(memo, 'planted.json'), 'w').write('{}'),
-                    lambda: os.rename(memo, memo + '.gone'),
-                    lambda: os.symlink('/tmp', memo + '.next')):
-        tries += 1
-        try:
-            attempt()
-            through += 1
-        except OSError:
-            pass
-print(json.dumps({'tries': tries, 'through': through}))
-'''
 
 # Runs as the stranger until argv[3]: take the memo's name argv[1] first, by turns as a directory of its own open to
 # everyone and as a link to its directory argv[2].
@@ -84,7 +64,8 @@ def test_a_stranger_gets_nothing_into_or_out_of_roots_memo(sandbox, stranger, mo
     monkeypatch.setenv(host_memo.MEMO_DIR_VARIABLE, memo)
     assert host_memo.store('containerd-x.json', KEPT)
     deadline = time.time() + RACE
-    attacker = stranger.popen([fakehost.SYSTEM_PYTHON, '-c', PRY, memo, str(deadline)], stdout=subprocess.PIPE,
+    attacker = stranger.popen([fakehost.SYSTEM_PYTHON, '-c', DIRECTORY_PRY, memo, str(deadline), 'read:containerd-x.json',
+                               'read:systemd-units.json', 'plant:planted.json'], stdout=subprocess.PIPE,
                               universal_newlines=True)
     rounds = 0
     while time.time() < deadline:
